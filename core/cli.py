@@ -1,0 +1,229 @@
+"""The ``grpo`` command line.
+
+Built on click (rather than typer, which wraps it) because we need full control of error output: every user
+mistake is one line on stderr saying what was wrong and the fix, exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, NoReturn
+
+import click
+
+from nodus.core.environment import DEFAULT_HELD_OUT_TASKS, DEFAULT_TRAIN_TASKS, Environment, Task
+from nodus.core.errors import NodusError
+from nodus.core.registry import Registry, get_registry
+
+USER_ERROR_EXIT = 2
+
+
+class UsageFailure(NodusError):
+    pass
+
+
+def fail(message: str) -> NoReturn:
+    raise UsageFailure(message)
+
+
+def parse_params(pairs: tuple[str, ...]) -> dict[str, Any]:
+    """``key=value`` pairs; a value is read as JSON when it parses (numbers, true/false), else as text."""
+    params: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            fail(f"--param {pair!r} is not key=value; write e.g. --param num_vertices=12")
+        try:
+            params[key.strip()] = json.loads(value)
+        except ValueError:
+            params[key.strip()] = value
+    return params
+
+
+def resolve_environment(registry: Registry, env_text: str, param_pairs: tuple[str, ...]) -> Environment:
+    resolution = registry.resolve(env_text)
+    if resolution.note:
+        click.echo(f"note: {resolution.note}", err=True)
+    return resolution.spec.make(parse_params(param_pairs))
+
+
+def split_tasks(env: Environment, split: str, seed: int, count: int) -> list[Task]:
+    return env.tasks(split, seed, count)  # type: ignore[arg-type]
+
+
+def task_json(env: Environment, task: Task) -> dict[str, Any]:
+    return {
+        "id": task.id,
+        "env": task.env,
+        "split": task.split,
+        "seed": task.seed,
+        "index": task.index,
+        "draw": task.draw,
+        "prompt": env.prompt_text(task),
+        "messages": env.prompt(task),
+        "data": task.data,
+    }
+
+
+def print_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
+
+
+env_option = click.option("--env", "env_text", required=True, help="Environment id, e.g. graph-coloring@1.")
+param_option = click.option(
+    "--param", "params", multiple=True, metavar="KEY=VALUE", help="Environment parameter (repeatable)."
+)
+seed_option = click.option("--seed", type=int, default=42, show_default=True, help="Seed of the task stream.")
+split_option = click.option(
+    "--split", type=click.Choice(["train", "heldout"]), required=True, help="Which split."
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """nodus: GRPO training on tasks whose answers a program can check."""
+
+
+@cli.command()
+@click.option("--env", "env_text", default=None, help="Show one environment's parameters.")
+@json_option
+def envs(env_text: str | None, as_json: bool) -> None:
+    """List the installed environments."""
+    registry = get_registry()
+    specs = registry.all() if env_text is None else [registry.resolve(env_text).spec]
+    rows = [
+        {
+            "id": str(spec.env_id),
+            "distribution": spec.distribution,
+            "description": spec.description,
+            "parameters": {
+                name: {"default": field.default, "description": field.description}
+                for name, field in spec.cls.Params.model_fields.items()
+            },
+            "parameter_schema": spec.cls.Params.model_json_schema(),
+        }
+        for spec in specs
+    ]
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        click.echo("no environments installed; install one, e.g. pip install nodus-env-graph-coloring")
+        return
+    width = max(len(row["id"]) for row in rows)
+    dist_width = max(len(row["distribution"]) for row in rows)
+    for row in rows:
+        click.echo(f"{row['id']:<{width}}  {row['distribution']:<{dist_width}}  {row['description']}")
+        if env_text is not None:
+            properties = row["parameter_schema"].get("properties", {})
+            for name, schema in properties.items():
+                bounds = ", ".join(
+                    f"{key} {schema[key]}" for key in ("minimum", "maximum") if key in schema
+                )
+                extra = f" ({bounds})" if bounds else ""
+                click.echo(f"  {name} = {json.dumps(schema.get('default'))}{extra}: {schema.get('description', '')}")
+
+
+@cli.command()
+@env_option
+@seed_option
+@split_option
+@click.option("-n", "count", type=click.IntRange(min=0), default=None, help="How many tasks (default: all).")
+@click.option("--train-tasks", type=click.IntRange(min=0), default=DEFAULT_TRAIN_TASKS, show_default=True)
+@click.option("--held-out-tasks", type=click.IntRange(min=0), default=DEFAULT_HELD_OUT_TASKS, show_default=True)
+@param_option
+@json_option
+def tasks(
+    env_text: str,
+    seed: int,
+    split: str,
+    count: int | None,
+    train_tasks: int,
+    held_out_tasks: int,
+    params: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Print the tasks of a split."""
+    env = resolve_environment(get_registry(), env_text, params)
+    size = train_tasks if split == "train" else held_out_tasks
+    if count is not None and count > size:
+        fail(f"-n {count} is more than the {size} tasks of the {split} split; lower -n or raise --{split.replace('heldout', 'held-out')}-tasks")
+    selected = split_tasks(env, split, seed, size if count is None else count)
+    if as_json:
+        print_json([task_json(env, task) for task in selected])
+        return
+    for task in selected:
+        click.echo(f"=== {task.env} {task.id} (split {task.split}, index {task.index}, draw {task.draw})")
+        click.echo(env.prompt_text(task))
+        click.echo()
+
+
+@cli.command()
+@env_option
+@seed_option
+@split_option
+@click.option("--index", type=click.IntRange(min=0), required=True, help="Position of the task in its split.")
+@click.option("--completion", "completion_file", type=click.File("r"), default=None, help="File with the completion, or - for stdin.")
+@click.option("--reference", is_flag=True, help="Grade the environment's reference answer.")
+@click.option(
+    "--sandbox",
+    type=click.Choice(["nsjail", "none"]),
+    default="nsjail",
+    show_default=True,
+    help="Where the grader runs; 'none' runs it in this process (trusted graders only).",
+)
+@param_option
+@json_option
+def grade(
+    env_text: str,
+    seed: int,
+    split: str,
+    index: int,
+    completion_file: Any,
+    reference: bool,
+    sandbox: str,
+    params: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Grade one completion of one task."""
+    if reference == (completion_file is not None):
+        fail("give exactly one of --completion FILE (or - for stdin) and --reference")
+    env = resolve_environment(get_registry(), env_text, params)
+    task = split_tasks(env, split, seed, index + 1)[index]
+    completion = env.reference(task) if reference else completion_file.read()
+    from nodus.core.grading import grade_completions
+
+    outcome = grade_completions(env, [(task, completion)], sandbox=sandbox)[0]
+    if as_json:
+        print_json({"task": task.id, "env": task.env, **outcome})
+    else:
+        if outcome["status"] == "graded":
+            verdict = "passed" if outcome["passed"] else "failed"
+            click.echo(f"{task.env} {task.id}: score {outcome['score']:.3f} ({verdict}): {outcome['details']}")
+        else:
+            click.echo(f"{task.env} {task.id}: infrastructure failure, not a score: {outcome['details']}")
+    if outcome["status"] != "graded":
+        sys.exit(1)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of ``grpo``: user mistakes become one line on stderr and exit code 2."""
+    try:
+        cli.main(args=argv, prog_name="grpo", standalone_mode=False)
+    except click.exceptions.Exit as done:
+        sys.exit(done.exit_code)
+    except click.exceptions.Abort:
+        click.echo("grpo: aborted", err=True)
+        sys.exit(130)
+    except click.UsageError as error:
+        command = error.ctx.command_path if error.ctx else "grpo"
+        click.echo(f"{command}: error: {error.format_message()} (see '{command} --help')", err=True)
+        sys.exit(USER_ERROR_EXIT)
+    except click.ClickException as error:
+        click.echo(f"grpo: error: {error.format_message()}", err=True)
+        sys.exit(USER_ERROR_EXIT)
+    except NodusError as error:
+        click.echo(f"grpo: error: {error}", err=True)
+        sys.exit(USER_ERROR_EXIT)

@@ -1,0 +1,198 @@
+"""The contract every environment implements, and the task splits built on it.
+
+An author subclasses :class:`Environment` and writes four methods: ``generate`` (task data from a seeded
+RNG), ``prompt_text``, ``grade`` and ``reference``. The base class owns everything that must be the same for
+every environment: seeding, the train/held-out split, task ids and chat formatting.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from nodus.core.errors import InvalidParameters, TaskGenerationError
+from nodus.core.ids import EnvId, format_env_id
+
+Split = Literal["train", "heldout"]
+SPLITS: tuple[Split, ...] = ("train", "heldout")
+
+DEFAULT_TRAIN_TASKS = 200
+DEFAULT_HELD_OUT_TASKS = 64
+
+# A drawn task belongs to the held-out split iff the hash of its prompt falls in the first
+# HELD_OUT_BUCKETS of 256 buckets. Deciding by content (not by index) makes the splits disjoint by
+# construction: two draws with the same prompt always land in the same split. Changing this changes what
+# every version generates, so it is part of the contract.
+HELD_OUT_BUCKETS = 32
+# How many draws a split may take per task it needs before we decide the parameter space is too small.
+MAX_DRAWS_PER_TASK = 64
+
+
+class Task(BaseModel):
+    """One task of one split. ``data`` is the environment's own JSON-able description of it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    env: str = Field(description="Canonical id of the environment, e.g. graph-coloring@1.")
+    id: str = Field(description="Stable id, unique within (env, parameters, seed).")
+    split: Split
+    seed: int
+    index: int = Field(description="Position in its split, from 0.")
+    draw: int = Field(description="Which draw of the seeded stream produced it (for reproduction).")
+    data: dict[str, Any]
+
+
+class Grade(BaseModel):
+    """The grader's verdict on one completion."""
+
+    score: float = Field(ge=0.0, le=1.0)
+    passed: bool
+    details: str = Field(description="Why: the reason for a failure, or what was checked.")
+
+
+class EmptyParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Environment(ABC):
+    """Base class of every environment. Subclasses set the class attributes and the four methods."""
+
+    namespace: ClassVar[str] = "nodus"
+    name: ClassVar[str]
+    version: ClassVar[int]
+    description: ClassVar[str]
+    Params: ClassVar[type[BaseModel]] = EmptyParams
+    system_prompt: ClassVar[str | None] = None
+    # Overrides of nodus.sandbox.SandboxLimits fields for this environment's grader.
+    sandbox_limits: ClassVar[dict[str, Any]] = {}
+    # True for environments that run model-written code: each completion then runs isolated from the others.
+    isolate_each_completion: ClassVar[bool] = False
+    # Parameters that change only how completions are graded, not which tasks are drawn: they are left out
+    # of the seed, so turning on e.g. partial credit keeps the same held-out tasks.
+    grading_params: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, params: BaseModel | Mapping[str, Any] | None = None) -> None:
+        self.params: Any = validate_params(type(self), params)
+
+    # --- what an author writes -------------------------------------------------------------------------
+
+    @abstractmethod
+    def generate(self, rng: random.Random) -> dict[str, Any]:
+        """Return the JSON-able data of one task drawn with ``rng`` (the only source of randomness)."""
+
+    @abstractmethod
+    def prompt_text(self, task: Task) -> str:
+        """The user message that poses the task."""
+
+    @abstractmethod
+    def grade(self, task: Task, completion: str) -> Grade:
+        """Grade a completion. Must not raise for any text: a bad completion scores 0 with the reason."""
+
+    @abstractmethod
+    def reference(self, task: Task) -> str:
+        """A completion that scores 1.0: used by tests, property checks and SFT warm-up."""
+
+    # --- what the framework provides -------------------------------------------------------------------
+
+    @classmethod
+    def env_id(cls) -> EnvId:
+        return EnvId(cls.namespace, cls.name, cls.version)
+
+    @classmethod
+    def id_text(cls) -> str:
+        return format_env_id(cls.env_id())
+
+    def prompt(self, task: Task) -> list[dict[str, str]]:
+        """The task as chat messages, the form trainers and chat templates take."""
+        messages = [] if self.system_prompt is None else [{"role": "system", "content": self.system_prompt}]
+        return [*messages, {"role": "user", "content": self.prompt_text(task)}]
+
+    def draw_rng(self, seed: int, draw: int) -> random.Random:
+        """The RNG of one draw: a pure function of (id, version, parameters, seed, draw).
+
+        Seeded from a SHA-256 of canonical JSON, never from ``hash()`` (which PYTHONHASHSEED changes) and
+        never from the global RNG, so every process and machine draws the same task.
+        """
+        material = json.dumps(
+            [self.id_text(), self.params.model_dump(mode="json", exclude=set(self.grading_params)), seed, draw],
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+        return random.Random(int.from_bytes(hashlib.sha256(material.encode()).digest()[:16], "big"))
+
+    def split_of(self, prompt: str) -> Split:
+        bucket = hashlib.sha256(prompt.encode()).digest()[0]
+        return "heldout" if bucket < HELD_OUT_BUCKETS else "train"
+
+    def tasks(self, split: Split, seed: int, count: int) -> list[Task]:
+        """The first ``count`` tasks of ``split`` for ``seed``.
+
+        Both splits come from one seeded stream of draws; each draw goes to the split its prompt hashes to,
+        and a prompt already taken is skipped. So no prompt is ever in both splits or twice in one, and the
+        first k tasks of a split never depend on how many tasks the other split has.
+        """
+        if split not in SPLITS:
+            raise TaskGenerationError(f"unknown split {split!r}: use one of {', '.join(SPLITS)}")
+        if count < 0:
+            raise TaskGenerationError(f"the number of tasks must be 0 or more, got {count}")
+        tasks: list[Task] = []
+        seen: set[str] = set()
+        max_draws = MAX_DRAWS_PER_TASK * count + 1024
+        draw = 0
+        while len(tasks) < count:
+            if draw >= max_draws:
+                raise TaskGenerationError(
+                    f"{self.id_text()} with parameters {self.params.model_dump(mode='json')} yields only "
+                    f"{len(tasks)} distinct {split} tasks in {max_draws} draws; ask for fewer tasks or use "
+                    "parameters with more possible tasks"
+                )
+            data = self.generate(self.draw_rng(seed, draw))
+            candidate = Task(
+                env=self.id_text(), id="", split=split, seed=seed, index=len(tasks), draw=draw, data=data
+            )
+            prompt = self.prompt_text(candidate)
+            if self.split_of(prompt) == split and prompt not in seen:
+                seen.add(prompt)
+                tasks.append(candidate.model_copy(update={"id": f"{split}-{seed}-{len(tasks)}"}))
+            draw += 1
+        return tasks
+
+    def task(self, split: Split, seed: int, index: int) -> Task:
+        if index < 0:
+            raise TaskGenerationError(f"task index must be 0 or more, got {index}")
+        return self.tasks(split, seed, index + 1)[index]
+
+    def task_from_dict(self, payload: Mapping[str, Any]) -> Task:
+        task = Task.model_validate(payload)
+        if task.env != self.id_text():
+            raise TaskGenerationError(f"task {task.id} belongs to {task.env}, not to {self.id_text()}")
+        return task
+
+
+def validate_params(cls: type[Environment], params: BaseModel | Mapping[str, Any] | None) -> BaseModel:
+    """Validate user parameters against ``cls.Params``; a failure is one line naming the field and rule."""
+    if isinstance(params, cls.Params):
+        return params
+    raw = dict(params.model_dump() if isinstance(params, BaseModel) else params or {})
+    try:
+        return cls.Params.model_validate(raw)
+    except ValidationError as error:
+        first = error.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        known = ", ".join(cls.Params.model_fields) or "none"
+        if first["type"] == "extra_forbidden":
+            raise InvalidParameters(
+                f"unknown parameter {field!r} for {cls.id_text()}; its parameters are: {known}"
+            ) from None
+        message = first["msg"].removeprefix("Value error, ")
+        what = f"parameter {field}={first.get('input')!r}" if first["loc"] else f"parameters {raw}"
+        raise InvalidParameters(
+            f"invalid {what} for {cls.id_text()}: {message}; "
+            f"see 'grpo envs --env {cls.id_text()}' for the parameters and their bounds"
+        ) from None

@@ -1,0 +1,35 @@
+"""Errors a user can cause and fix. The CLI prints them as one line and exits 2, never a traceback."""
+
+from __future__ import annotations
+
+
+class NodusError(Exception):
+    """A mistake in what the user asked for. ``str(error)`` is one line: what was wrong and the fix."""
+
+
+class InvalidEnvironmentId(NodusError):
+    """An environment id that does not follow ``[namespace/]name[@version]``."""
+
+
+class UnknownEnvironment(NodusError):
+    """No installed environment has this name."""
+
+
+class UnknownVersion(NodusError):
+    """The environment is installed, but not in this version."""
+
+
+class DuplicateEnvironment(NodusError):
+    """Two plugins registered the same environment id."""
+
+
+class PluginLoadError(NodusError):
+    """An installed plugin failed to import or to register its environments."""
+
+
+class InvalidParameters(NodusError):
+    """Environment parameters that fail validation."""
+
+
+class TaskGenerationError(NodusError):
+    """The environment cannot produce the tasks asked for with these parameters."""
