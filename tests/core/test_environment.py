@@ -1,0 +1,60 @@
+import pytest
+
+from nodus.core.errors import InvalidParameters, TaskGenerationError
+from nodus.core.registry import Registry
+from tests.conftest import EchoNumber
+
+
+def test_splits_are_disjoint_by_content_and_stable(registry: Registry) -> None:
+    env = registry.resolve("test/echo@1").spec.make({"digits": 3})
+    heldout = env.tasks("heldout", seed=7, count=64)
+    train = env.tasks("train", seed=7, count=200)
+    assert not {env.prompt_text(t) for t in heldout} & {env.prompt_text(t) for t in train}
+    assert len({env.prompt_text(t) for t in train}) == 200  # no duplicates within a split either
+    assert [t.id for t in heldout[:3]] == ["heldout-7-0", "heldout-7-1", "heldout-7-2"]
+    assert [t.index for t in train] == list(range(200))
+    # The first tasks of a split do not depend on how many tasks were asked for.
+    assert env.tasks("train", seed=7, count=10) == train[:10]
+    assert env.task("heldout", 7, 5) == heldout[5]
+
+
+def test_generation_is_a_pure_function_of_its_inputs(registry: Registry) -> None:
+    first = registry.resolve("test/echo@1").spec.make({"digits": 4}).tasks("heldout", 3, 20)
+    again = EchoNumber({"digits": 4}).tasks("heldout", 3, 20)
+    assert first == again
+    assert EchoNumber({"digits": 4}).tasks("heldout", 4, 20) != first  # the seed matters
+    assert EchoNumber({"digits": 5}).tasks("heldout", 3, 20) != first  # generation parameters matter
+
+
+def test_grading_only_parameters_keep_the_same_tasks() -> None:
+    assert EchoNumber({"strict": True}).tasks("heldout", 1, 10) == EchoNumber().tasks("heldout", 1, 10)
+
+
+def test_too_small_a_parameter_space_is_a_clear_error() -> None:
+    env = EchoNumber({"digits": 1})  # only 10 distinct prompts exist
+    with pytest.raises(TaskGenerationError) as error:
+        env.tasks("train", 0, 20)
+    assert str(error.value) == (
+        "test/echo@1 with parameters {'digits': 1, 'strict': False} yields only 7 distinct train tasks in "
+        "2304 draws; ask for fewer tasks or use parameters with more possible tasks"
+    )
+
+
+def test_parameter_errors_name_the_field_and_the_rule() -> None:
+    with pytest.raises(InvalidParameters) as error:
+        EchoNumber({"digits": 9})
+    assert str(error.value) == (
+        "invalid parameter digits=9 for test/echo@1: Input should be less than or equal to 6; "
+        "see 'grpo envs --env test/echo@1' for the parameters and their bounds"
+    )
+    with pytest.raises(InvalidParameters) as error:
+        EchoNumber({"digitz": 2})
+    assert str(error.value) == "unknown parameter 'digitz' for test/echo@1; its parameters are: digits, strict"
+
+
+def test_prompt_is_chat_messages_and_reference_passes() -> None:
+    env = EchoNumber()
+    task = env.task("train", 0, 0)
+    assert env.prompt(task) == [{"role": "user", "content": env.prompt_text(task)}]
+    assert env.grade(task, env.reference(task)).passed
+    assert env.task_from_dict(task.model_dump(mode="json")) == task

@@ -1,0 +1,83 @@
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from nodus.core.errors import DuplicateEnvironment, PluginLoadError, UnknownEnvironment, UnknownVersion
+from nodus.core.plugins import get_plugin_manager
+from nodus.core.registry import Registry
+from tests.conftest import EchoNumber, plugin_module
+
+
+def test_unversioned_id_resolves_to_newest_and_says_so(registry: Registry) -> None:
+    resolution = registry.resolve("test/echo")
+    assert resolution.spec.env_id.version == 2
+    assert resolution.note == "test/echo resolved to the newest installed version, test/echo@2"
+    assert registry.resolve("test/echo@1").note is None
+
+
+def test_unknown_name_suggests_and_gives_pip_hint(registry: Registry) -> None:
+    with pytest.raises(UnknownEnvironment) as error:
+        registry.resolve("test/ecco@1")
+    assert str(error.value) == (
+        "no environment named 'test/ecco' is installed; did you mean 'test/echo'? installed: test/echo; "
+        "to add it: pip install nodus-env-ecco"
+    )
+
+
+def test_unknown_version_lists_installed_versions(registry: Registry) -> None:
+    with pytest.raises(UnknownVersion) as error:
+        registry.resolve("test/echo@7")
+    assert str(error.value) == (
+        "test/echo has no version 7; installed: test/echo@1, test/echo@2; "
+        "upgrade with 'pip install -U nodus-env-echo'"
+    )
+
+
+def test_same_id_from_two_plugins_names_both(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NODUS_DISABLE_PLUGIN_AUTOLOAD", "1")
+    pm = get_plugin_manager()
+    pm.register(plugin_module("first", EchoNumber), name="first")
+    pm.register(plugin_module("second", EchoNumber), name="second")
+    with pytest.raises(DuplicateEnvironment) as error:
+        Registry.from_plugin_manager(pm)
+    message = str(error.value)
+    assert "test/echo@1 is registered by both" in message
+    assert "first" in message and "second" in message and "uninstall one" in message
+
+
+def test_registering_a_non_environment_names_the_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NODUS_DISABLE_PLUGIN_AUTOLOAD", "1")
+    pm = get_plugin_manager()
+    pm.register(plugin_module("broken", object), name="broken")  # type: ignore[arg-type]
+    with pytest.raises(PluginLoadError, match="broken .* registered <class 'object'>, which is not a nodus"):
+        Registry.from_plugin_manager(pm)
+
+
+def test_autoload_can_be_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NODUS_DISABLE_PLUGIN_AUTOLOAD", "1")
+    assert Registry.from_plugin_manager(get_plugin_manager()).all() == []
+    monkeypatch.delenv("NODUS_DISABLE_PLUGIN_AUTOLOAD")
+    assert "graph-coloring@1" in [str(spec.env_id) for spec in Registry.from_plugin_manager(get_plugin_manager()).all()]
+
+
+def test_plugin_import_error_is_wrapped_with_its_distribution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A real installed distribution (a dist-info on sys.path) whose entry point fails to import.
+    (tmp_path / "nodus_env_broken.py").write_text("raise ImportError('no module named numpyy')\n")
+    dist_info = tmp_path / "nodus_env_broken-0.3.0.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: nodus-env-broken\nVersion: 0.3.0\n")
+    (dist_info / "entry_points.txt").write_text(textwrap.dedent("""\
+        [nodus]
+        broken = nodus_env_broken
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("NODUS_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    with pytest.raises(PluginLoadError) as error:
+        get_plugin_manager()
+    assert str(error.value) == (
+        "plugin 'broken' from distribution nodus-env-broken failed to import (ImportError: no module named "
+        "numpyy); reinstall it or remove it with 'pip uninstall nodus-env-broken'"
+    )
+    sys.modules.pop("nodus_env_broken", None)
