@@ -41,9 +41,13 @@ $(STAMP): $(BIN)/python pyproject.toml $(PLUGINS)
 
 install: system-deps $(STAMP)
 
+# mypy cannot follow setuptools' editable-install import hook for our package-dir mapping, so it checks the
+# packages through a tree of symlinks with the import names (build/typecheck/nodus/core -> core, ...).
+TYPECHECK := build/typecheck
 lint: install
 	$(BIN)/ruff check core sandbox trainer tests plugins benchmarks
-	$(BIN)/mypy core sandbox trainer
+	@mkdir -p $(TYPECHECK)/nodus && for p in core sandbox trainer; do ln -sfn ../../../$$p $(TYPECHECK)/nodus/$$p; done
+	MYPYPATH=$(TYPECHECK) $(BIN)/mypy -p nodus.core -p nodus.sandbox -p nodus.trainer
 
 pytest: install
 	$(BIN)/pytest

@@ -11,7 +11,6 @@ import sys
 from typing import Any, NoReturn
 
 import click
-
 from nodus.core.environment import DEFAULT_HELD_OUT_TASKS, DEFAULT_TRAIN_TASKS, Environment, Task
 from nodus.core.errors import NodusError
 from nodus.core.registry import Registry, get_registry
@@ -75,9 +74,7 @@ param_option = click.option(
     "--param", "params", multiple=True, metavar="KEY=VALUE", help="Environment parameter (repeatable)."
 )
 seed_option = click.option("--seed", type=int, default=42, show_default=True, help="Seed of the task stream.")
-split_option = click.option(
-    "--split", type=click.Choice(["train", "heldout"]), required=True, help="Which split."
-)
+split_option = click.option("--split", type=click.Choice(["train", "heldout"]), required=True, help="Which split.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 
 
@@ -93,7 +90,7 @@ def envs(env_text: str | None, as_json: bool) -> None:
     """List the installed environments."""
     registry = get_registry()
     specs = registry.all() if env_text is None else [registry.resolve(env_text).spec]
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "id": str(spec.env_id),
             "distribution": spec.distribution,
@@ -117,11 +114,9 @@ def envs(env_text: str | None, as_json: bool) -> None:
     for row in rows:
         click.echo(f"{row['id']:<{width}}  {row['distribution']:<{dist_width}}  {row['description']}")
         if env_text is not None:
-            properties = row["parameter_schema"].get("properties", {})
+            properties: dict[str, Any] = row["parameter_schema"].get("properties", {})
             for name, schema in properties.items():
-                bounds = ", ".join(
-                    f"{key} {schema[key]}" for key in ("minimum", "maximum") if key in schema
-                )
+                bounds = ", ".join(f"{key} {schema[key]}" for key in ("minimum", "maximum") if key in schema)
                 extra = f" ({bounds})" if bounds else ""
                 click.echo(f"  {name} = {json.dumps(schema.get('default'))}{extra}: {schema.get('description', '')}")
 
@@ -149,7 +144,8 @@ def tasks(
     env = resolve_environment(get_registry(), env_text, params)
     size = train_tasks if split == "train" else held_out_tasks
     if count is not None and count > size:
-        fail(f"-n {count} is more than the {size} tasks of the {split} split; lower -n or raise --{split.replace('heldout', 'held-out')}-tasks")
+        flag = "--train-tasks" if split == "train" else "--held-out-tasks"
+        fail(f"-n {count} is more than the {size} tasks of the {split} split; lower -n or raise {flag}")
     selected = split_tasks(env, split, seed, size if count is None else count)
     if as_json:
         print_json([task_json(env, task) for task in selected])
@@ -165,7 +161,13 @@ def tasks(
 @seed_option
 @split_option
 @click.option("--index", type=click.IntRange(min=0), required=True, help="Position of the task in its split.")
-@click.option("--completion", "completion_file", type=click.File("r"), default=None, help="File with the completion, or - for stdin.")
+@click.option(
+    "--completion",
+    "completion_file",
+    type=click.File("r"),
+    default=None,
+    help="File with the completion, or - for stdin.",
+)
 @click.option("--reference", is_flag=True, help="Grade the environment's reference answer.")
 @click.option(
     "--sandbox",

@@ -14,10 +14,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
 from nodus.core.errors import InvalidParameters, TaskGenerationError
 from nodus.core.ids import EnvId, format_env_id
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 Split = Literal["train", "heldout"]
 SPLITS: tuple[Split, ...] = ("train", "heldout")
@@ -153,9 +152,7 @@ class Environment(ABC):
                     "parameters with more possible tasks"
                 )
             data = self.generate(self.draw_rng(seed, draw))
-            candidate = Task(
-                env=self.id_text(), id="", split=split, seed=seed, index=len(tasks), draw=draw, data=data
-            )
+            candidate = Task(env=self.id_text(), id="", split=split, seed=seed, index=len(tasks), draw=draw, data=data)
             prompt = self.prompt_text(candidate)
             if self.split_of(prompt) == split and prompt not in seen:
                 seen.add(prompt)

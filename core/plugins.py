@@ -6,7 +6,6 @@ import importlib.metadata
 import os
 
 import pluggy
-
 from nodus.core import hookspecs
 from nodus.core.errors import PluginLoadError
 

@@ -12,12 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pluggy
-from pydantic import BaseModel
-
 from nodus.core.environment import Environment
 from nodus.core.errors import DuplicateEnvironment, PluginLoadError, UnknownEnvironment, UnknownVersion
 from nodus.core.ids import EnvId, distribution_name, format_env_id, parse_env_id
 from nodus.core.plugins import distribution_of, get_plugin_manager
+from pydantic import BaseModel
 
 
 @dataclass(frozen=True)
@@ -123,8 +122,7 @@ def _spec_for(env_cls: Any, distribution: str) -> EnvironmentSpec:
     missing = [attr for attr in ("name", "version", "description") if not hasattr(env_cls, attr)]
     if missing:
         raise PluginLoadError(
-            f"{distribution} registered {env_cls.__name__} without {', '.join(missing)}; set them as class "
-            "attributes"
+            f"{distribution} registered {env_cls.__name__} without {', '.join(missing)}; set them as class attributes"
         )
     env_id = parse_env_id(f"{env_cls.namespace}/{env_cls.name}@{env_cls.version}")
     return EnvironmentSpec(env_id=env_id, cls=env_cls, distribution=distribution)

@@ -7,11 +7,10 @@ import types
 from typing import Any
 
 import pytest
-from pydantic import BaseModel, ConfigDict, Field
-
 from nodus.core import Environment, Grade, Task, hookimpl
 from nodus.core.plugins import get_plugin_manager
 from nodus.core.registry import Registry
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class EchoParams(BaseModel):
@@ -31,7 +30,7 @@ class EchoNumber(Environment):
     grading_params = frozenset({"strict"})
 
     def generate(self, rng: random.Random) -> dict[str, Any]:
-        return {"number": rng.randrange(10 ** self.params.digits)}
+        return {"number": rng.randrange(10**self.params.digits)}
 
     def prompt_text(self, task: Task) -> str:
         return f"Repeat {task.data['number']}."

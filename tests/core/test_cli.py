@@ -94,7 +94,17 @@ def test_unversioned_id_notes_the_version_chosen() -> None:
             "grpo: error: give exactly one of --completion FILE (or - for stdin) and --reference",
         ),
         (
-            ("grade", "--env", "graph-coloring@1", "--split", "heldout", "--index", "0", "--completion", "/nonexistent"),
+            (
+                "grade",
+                "--env",
+                "graph-coloring@1",
+                "--split",
+                "heldout",
+                "--index",
+                "0",
+                "--completion",
+                "/nonexistent",
+            ),
             "grpo grade: error: Invalid value for '--completion': '/nonexistent': No such file or directory "
             "(see 'grpo grade --help')",
         ),

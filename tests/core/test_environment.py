@@ -1,7 +1,7 @@
 import pytest
-
 from nodus.core.errors import InvalidParameters, TaskGenerationError
 from nodus.core.registry import Registry
+
 from tests.conftest import EchoNumber
 
 

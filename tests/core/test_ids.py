@@ -1,7 +1,6 @@
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from nodus.core.errors import InvalidEnvironmentId
 from nodus.core.ids import EnvId, format_env_id, parse_env_id
 
@@ -21,7 +20,9 @@ def test_default_namespace_is_dropped() -> None:
     assert format_env_id(parse_env_id("acme/graph-coloring")) == "acme/graph-coloring"
 
 
-@pytest.mark.parametrize("text", ["Graph", "graph--coloring@1", "graph-coloring@0", "graph-coloring@01", "a/b/c@1", "x@v1", ""])
+@pytest.mark.parametrize(
+    "text", ["Graph", "graph--coloring@1", "graph-coloring@0", "graph-coloring@01", "a/b/c@1", "x@v1", ""]
+)
 def test_invalid_ids_say_the_grammar(text: str) -> None:
     with pytest.raises(InvalidEnvironmentId) as error:
         parse_env_id(text)

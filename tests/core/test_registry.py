@@ -3,10 +3,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from nodus.core.errors import DuplicateEnvironment, PluginLoadError, UnknownEnvironment, UnknownVersion
 from nodus.core.plugins import get_plugin_manager
 from nodus.core.registry import Registry
+
 from tests.conftest import EchoNumber, plugin_module
 
 
@@ -30,8 +30,7 @@ def test_unknown_version_lists_installed_versions(registry: Registry) -> None:
     with pytest.raises(UnknownVersion) as error:
         registry.resolve("test/echo@7")
     assert str(error.value) == (
-        "test/echo has no version 7; installed: test/echo@1, test/echo@2; "
-        "upgrade with 'pip install -U nodus-env-echo'"
+        "test/echo has no version 7; installed: test/echo@1, test/echo@2; upgrade with 'pip install -U nodus-env-echo'"
     )
 
 
@@ -68,10 +67,12 @@ def test_plugin_import_error_is_wrapped_with_its_distribution(tmp_path: Path, mo
     dist_info = tmp_path / "nodus_env_broken-0.3.0.dist-info"
     dist_info.mkdir()
     (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: nodus-env-broken\nVersion: 0.3.0\n")
-    (dist_info / "entry_points.txt").write_text(textwrap.dedent("""\
+    (dist_info / "entry_points.txt").write_text(
+        textwrap.dedent("""\
         [nodus]
         broken = nodus_env_broken
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delenv("NODUS_DISABLE_PLUGIN_AUTOLOAD", raising=False)
     with pytest.raises(PluginLoadError) as error:

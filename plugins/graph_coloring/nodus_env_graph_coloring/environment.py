@@ -6,9 +6,9 @@ import json
 import random
 from typing import Any
 
+from nodus.core import Environment, Grade, Task
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from nodus.core import Environment, Grade, Task
 from nodus_env_graph_coloring.answer import last_answer
 
 
@@ -20,9 +20,7 @@ class GraphColoringParams(BaseModel):
     edge_probability: float = Field(
         0.6, ge=0.05, le=1.0, description="Chance of an edge between two vertices of different planted colors."
     )
-    partial_credit: bool = Field(
-        False, description="Score a well-formed answer by the fraction of edges it satisfies."
-    )
+    partial_credit: bool = Field(False, description="Score a well-formed answer by the fraction of edges it satisfies.")
 
     @model_validator(mode="after")
     def _colors_fit(self) -> GraphColoringParams:

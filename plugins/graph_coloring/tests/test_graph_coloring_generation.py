@@ -2,7 +2,6 @@ import hashlib
 import json
 
 import pytest
-
 from nodus.core.errors import InvalidParameters
 from nodus_env_graph_coloring import GraphColoring
 

@@ -3,7 +3,6 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from nodus_env_graph_coloring import GraphColoring
 
 ENV = GraphColoring()
@@ -63,14 +62,17 @@ def test_failure_reasons_are_specific() -> None:
     task = TASKS[0]
     u, v = task.data["edges"][0]
     planted = task.data["planted"]
+    def tagged(**changes: object) -> str:
+        return f"<answer>{json.dumps(answer_for(task, **changes))}</answer>"
+
     cases = {
         "no answer here": "unparseable: no <answer>...</answer> or ```json block with a JSON object found",
         "<answer>{0: 1}</answer>": "unparseable: the answer is not valid JSON",
         "<answer>[1, 2]</answer>": "unparseable: the answer must be a JSON object, got list",
-        f"<answer>{json.dumps(answer_for(task, **{'3': 4}))}</answer>": "color 4 of vertex 3 is not an integer from 1 to 3",
-        f"<answer>{json.dumps(answer_for(task, **{'3': '1'}))}</answer>": 'color "1" of vertex 3 is not an integer',
-        f"<answer>{json.dumps(answer_for(task, **{'10': 1}))}</answer>": "unknown vertex '10': vertices are 0 to 9",
-        f"<answer>{json.dumps(answer_for(task, **{str(v): planted[u]}))}</answer>": f"edge {u}-{v} joins two vertices of color {planted[u]}",
+        tagged(**{"3": 4}): "color 4 of vertex 3 is not an integer from 1 to 3",
+        tagged(**{"3": "1"}): 'color "1" of vertex 3 is not an integer',
+        tagged(**{"10": 1}): "unknown vertex '10': vertices are 0 to 9",
+        tagged(**{str(v): planted[u]}): f"edge {u}-{v} joins two vertices of color {planted[u]}",
         '<answer>{"0": 1, "0": 2}</answer>': "vertex 0 has more than one color",
     }
     for completion, reason in cases.items():
