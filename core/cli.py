@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from typing import Any, NoReturn
 
 import click
 from nodus.core.environment import DEFAULT_HELD_OUT_TASKS, DEFAULT_TRAIN_TASKS, Environment, Task
 from nodus.core.errors import NodusError
+from nodus.core.grading import grade_completions
 from nodus.core.registry import Registry, get_registry
+from nodus.sandbox import SandboxUnavailable, UnsandboxedGradingWarning
 
 USER_ERROR_EXIT = 2
 
@@ -195,8 +198,6 @@ def grade(
     env = resolve_environment(get_registry(), env_text, params)
     task = split_tasks(env, split, seed, index + 1)[index]
     completion = env.reference(task) if reference else completion_file.read()
-    from nodus.core.grading import grade_completions
-
     outcome = grade_completions(env, [(task, completion)], sandbox=sandbox)[0]
     if as_json:
         print_json({"task": task.id, "env": task.env, **outcome})
@@ -212,6 +213,8 @@ def grade(
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of ``grpo``: user mistakes become one line on stderr and exit code 2."""
+    # The sandbox logs its own one-line warning for --sandbox none; the Python warning would repeat it.
+    warnings.simplefilter("ignore", UnsandboxedGradingWarning)
     try:
         cli.main(args=argv, prog_name="grpo", standalone_mode=False)
     except click.exceptions.Exit as done:
@@ -226,6 +229,6 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as error:
         click.echo(f"grpo: error: {error.format_message()}", err=True)
         sys.exit(USER_ERROR_EXIT)
-    except NodusError as error:
+    except (NodusError, SandboxUnavailable) as error:
         click.echo(f"grpo: error: {error}", err=True)
         sys.exit(USER_ERROR_EXIT)

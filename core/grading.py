@@ -1,15 +1,23 @@
-"""Grading jobs: the function the sandbox worker runs, and the job payloads the host sends it."""
+"""Grading completions: the job the sandbox worker runs, and the host-side grader that sends it there.
+
+The host never calls ``env.grade`` itself (unless the user chose ``sandbox="none"``): it sends a JSON job to a
+pool of nsjail workers, and each worker calls :func:`grade_job` on its side of the jail.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import Any
+from types import TracebackType
+from typing import Any, Literal
 
 from nodus.core.environment import Environment, Task
 from nodus.core.registry import load_environment
+from nodus.sandbox import GradeOutcome, GraderPool, PoolStats
 
 GRADE_TARGET = "nodus.core.grading:grade_job"
+SandboxMode = Literal["nsjail", "none"]
 
 
 def grade_payload(env: Environment, task: Task, completion: str) -> dict[str, Any]:
@@ -32,4 +40,46 @@ def grade_job(payload: dict[str, Any]) -> dict[str, Any]:
     """Sandbox target: grade one completion. Raising here is a grader failure, never a score of 0."""
     env = _environment(payload["env"], json.dumps(payload["params"], sort_keys=True))
     task = env.task_from_dict(payload["task"])
-    return env.grade(task, payload["completion"]).model_dump()
+    result: dict[str, Any] = env.grade(task, payload["completion"]).model_dump()
+    return result
+
+
+class Grader:
+    """Grades completions of one environment through a pool of sandboxed workers.
+
+    Use as a context manager so the workers are started once and reused for every batch.
+    """
+
+    def __init__(
+        self,
+        env: Environment,
+        sandbox: SandboxMode = "nsjail",
+        limits: Mapping[str, Any] | None = None,
+        workers: int = 2,
+    ) -> None:
+        self.env = env
+        self.pool = GraderPool.for_environment(env, limits, workers=workers, mode=sandbox)
+
+    def __enter__(self) -> Grader:
+        self.pool.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.pool.close()
+
+    def grade(self, pairs: Sequence[tuple[Task, str]]) -> list[GradeOutcome]:
+        return self.pool.run_many(
+            [{"target": GRADE_TARGET, "payload": grade_payload(self.env, task, text)} for task, text in pairs]
+        )
+
+    @property
+    def stats(self) -> PoolStats:
+        return self.pool.stats
+
+
+def grade_completions(
+    env: Environment, pairs: Sequence[tuple[Task, str]], sandbox: SandboxMode = "nsjail"
+) -> list[dict[str, Any]]:
+    """Grade a few completions once (the ``grpo grade`` command); a long job keeps a :class:`Grader` open."""
+    with Grader(env, sandbox=sandbox, workers=1) as grader:
+        return [outcome.model_dump() for outcome in grader.grade(pairs)]

@@ -112,3 +112,48 @@ def test_unversioned_id_notes_the_version_chosen() -> None:
 )
 def test_user_errors_are_one_line_with_exit_code_2(args: tuple[str, ...], message: str) -> None:
     assert_user_error(grpo(*args), message)
+
+
+def test_grade_runs_in_the_sandbox_by_default() -> None:
+    result = grpo("grade", "--env", "graph-coloring@1", "--split", "heldout", "--index", "2", "--reference", "--json")
+    assert result.returncode == 0, result.stderr
+    outcome = json.loads(result.stdout)
+    assert outcome["status"] == "graded" and outcome["score"] == 1.0 and outcome["passed"] is True
+    assert outcome["task"] == "heldout-42-2"
+    assert result.stderr == ""  # no warning: the sandbox was used
+
+
+def test_grade_reads_a_completion_from_stdin_and_explains_a_failure() -> None:
+    result = grpo(
+        "grade",
+        "--env",
+        "graph-coloring@1",
+        "--split",
+        "heldout",
+        "--index",
+        "0",
+        "--completion",
+        "-",
+        stdin='<answer>{"0": 1}</answer>',
+    )
+    assert result.returncode == 0
+    assert result.stdout == "graph-coloring@1 heldout-42-0: score 0.000 (failed): missing vertex 1 and 8 more\n"
+
+
+def test_grading_without_a_sandbox_warns_every_time() -> None:
+    for _ in range(2):
+        result = grpo(
+            "grade",
+            "--env",
+            "graph-coloring@1",
+            "--split",
+            "heldout",
+            "--index",
+            "0",
+            "--reference",
+            "--sandbox",
+            "none",
+        )
+        assert result.returncode == 0
+        assert "with sandbox='none'" in result.stderr and "only for trusted graders" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1

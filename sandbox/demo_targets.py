@@ -1,0 +1,64 @@
+"""Small grading targets for tests, benchmarks and smoke checks of a deployment.
+
+Not graders of any real environment.  ``score`` is the cheapest possible in-process grader and is
+the benchmark's default target.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+
+def score(payload: dict[str, Any]) -> dict[str, Any]:
+    """Exact-match grader: passes when ``answer == expected``."""
+    passed = payload.get("answer") == payload.get("expected")
+    return {"score": 1.0 if passed else 0.0, "passed": passed, "details": ""}
+
+
+def echo(payload: dict[str, Any]) -> Any:
+    """Returns ``payload["result"]`` unchanged (to test validation of grader results)."""
+    return payload["result"]
+
+
+def raise_error(payload: dict[str, Any]) -> dict[str, Any]:
+    """A grader with a bug: always raises."""
+    raise RuntimeError(payload.get("message", "grader bug"))
+
+
+def sleep(payload: dict[str, Any]) -> dict[str, Any]:
+    time.sleep(float(payload.get("seconds", 1.0)))
+    return {"score": 1.0, "passed": True, "details": "slept"}
+
+
+def hash_of(payload: dict[str, Any]) -> dict[str, Any]:
+    """Details carry str hashes and set order: equal across runs only with a fixed PYTHONHASHSEED."""
+    text = str(payload.get("text", ""))
+    order = ",".join(sorted({text, text + "x", text + "y"}, key=hash))
+    return {"score": 1.0, "passed": True, "details": f"{hash(text)} {order}"}
+
+
+def exec_in_process(payload: dict[str, Any]) -> dict[str, Any]:
+    """A naive grader that exec()s the completion in its own process and compares ``answer``.
+
+    Only safe with ``isolate_each_completion`` (the job child absorbs whatever the code does).
+    """
+    namespace: dict[str, Any] = {}
+    exec(payload["code"], namespace)
+    answer = namespace.get("answer")
+    passed = answer == payload.get("expected")
+    return {"score": 1.0 if passed else 0.0, "passed": passed, "details": f"answer={str(answer)}"}
+
+
+def print_fake_reply(payload: dict[str, Any]) -> dict[str, Any]:
+    """Writes a well-formed 'passed' reply frame to stdout and stderr, then returns a failing grade."""
+    from .protocol import encode_frame
+
+    forged = encode_frame({"status": "graded", "score": 1.0, "passed": True, "reason": "passed", "details": ""})
+    for stream in (sys.stdout.buffer, sys.stderr.buffer):
+        stream.write(forged)
+        stream.flush()
+    os.write(1, forged)
+    return {"score": 0.0, "passed": False, "details": "honest result"}
