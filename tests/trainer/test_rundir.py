@@ -1,0 +1,52 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from nodus.trainer.rundir import COMPLETE_MARKER, RunDir, RunDirectoryConflict
+from nodus.trainer.spec import load_job
+
+
+def canonical(**overrides: object) -> dict[str, object]:
+    return load_job(None, {"spec.environment.name": "graph-coloring@1", **overrides}).canonical()
+
+
+def test_same_spec_resumes_and_a_different_one_is_refused(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "run")
+    assert run.claim(canonical()) is False
+    assert run.claim(canonical()) is True
+    assert run.claim(canonical(**{"spec.maxCostUSD": "9.50"})) is True  # raising the cap to continue is allowed
+    with pytest.raises(RunDirectoryConflict) as error:
+        run.claim(canonical(**{"spec.parameters.beta": 0.1}))
+    assert str(error.value) == (
+        f"{tmp_path / 'run'} holds a run of a different spec (spec.parameters.beta: 0.0 -> 0.1); to start fresh, "
+        f"pass a new --output directory or remove {tmp_path / 'run'}; to continue that run, repeat its spec"
+    )
+
+
+def test_a_foreign_directory_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(RunDirectoryConflict, match="exists and is not a nodus run"):
+        RunDir(tmp_path).claim(canonical())
+    assert (tmp_path / "notes.txt").read_text() == "mine"  # nothing lost
+
+
+def test_only_marked_checkpoints_count_and_half_written_ones_are_removed(tmp_path: Path) -> None:
+    run = RunDir(tmp_path)
+    for step in (25, 50, 75):
+        (run.checkpoints / f"checkpoint-{step}").mkdir(parents=True)
+    run.mark_complete(run.checkpoints / "checkpoint-25", {"step": 25})
+    run.mark_complete(run.checkpoints / "checkpoint-50", {"step": 50})
+    assert run.latest_checkpoint() == run.checkpoints / "checkpoint-50"
+    assert not (run.checkpoints / "checkpoint-75").exists()  # killed mid-save: not complete, removed
+    assert json.loads((run.checkpoints / "checkpoint-50" / COMPLETE_MARKER).read_text()) == {"step": 50}
+
+
+def test_metrics_after_the_checkpoint_are_dropped_on_resume(tmp_path: Path) -> None:
+    run = RunDir(tmp_path)
+    for step in range(1, 6):
+        run.append_metrics({"step": step, "reward": step / 10})
+    with run.metrics.open("a") as handle:
+        handle.write('{"step": 6, "rew')  # a line cut by kill -9
+    run.truncate_metrics(3)
+    assert [row["step"] for row in run.read_metrics()] == [1, 2, 3]

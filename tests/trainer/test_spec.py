@@ -1,0 +1,121 @@
+"""The job spec: the issue's YAML form, flags over the file, and one-line messages that say the rule and the fix."""
+
+from pathlib import Path
+
+import pytest
+
+from nodus.trainer.spec import InvalidJobSpec, load_job
+
+ISSUE_EXAMPLE = """\
+apiVersion: nodus.dev/v1beta1
+kind: TrainingJob
+metadata: {name: my-grpo-lora}
+spec:
+  runtime: nodus/grpo-lora
+  model: {uri: "hf://Qwen/Qwen3-0.6B@c1899de289a04d12100db370d81485cdf75e47ca"}
+  environment: {name: nodus/graph-coloring@1, trainTasks: 200, heldOutTasks: 64, seed: 42}
+  maxCostUSD: "5.00"
+  parameters: {numGenerations: 4, beta: 0, maxCompletionLength: 64, lora: {r: 8}, method: LoRA, saveSteps: 25}
+"""
+
+
+@pytest.fixture
+def job_file(tmp_path: Path) -> Path:
+    path = tmp_path / "job.yaml"
+    path.write_text(ISSUE_EXAMPLE)
+    return path
+
+
+def test_the_issue_example_loads(job_file: Path) -> None:
+    job = load_job(job_file, {})
+    assert job.name == "my-grpo-lora"
+    assert str(job.spec.max_cost_usd) == "5.00"
+    assert job.spec.parameters.lora.r == 8 and job.spec.parameters.method == "LoRA"
+    assert job.canonical()["spec"]["environment"]["heldOutTasks"] == 64
+
+
+def test_flags_win_over_the_file(job_file: Path) -> None:
+    job = load_job(job_file, {"spec.parameters.numGenerations": 8, "spec.environment.seed": 7})
+    assert job.spec.parameters.num_generations == 8
+    assert job.spec.environment.seed == 7
+    assert job.spec.parameters.save_steps == 25  # untouched fields keep the file's values
+
+
+def test_defaults_without_a_file() -> None:
+    job = load_job(None, {"spec.environment.name": "graph-coloring@1"})
+    assert job.spec.model.uri == "default"
+    assert job.spec.parameters.beta == 0 and job.spec.parameters.num_generations == 4
+    assert job.spec.parameters.max_completion_length == 64 and job.spec.parameters.save_steps == 25
+    assert job.name == "graph-coloring-v1-seed42"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            {"spec.parameters.numGenerations": 1},
+            "invalid job spec (flags): spec.parameters.numGenerations (--num-generations) = 1: "
+            "Input should be greater than or equal to 2",
+        ),
+        (
+            {"spec.parameters.generationBatchSize": 10},
+            "invalid job spec (flags): spec.parameters: generationBatchSize=10 must be a multiple of both batchSize "
+            "(8) and numGenerations (4), because each generation round holds whole groups and is split into whole "
+            "training batches; use e.g. 8",
+        ),
+        (
+            {"spec.parameters.numGenerations": 3},
+            "invalid job spec (flags): spec.parameters: batchSize=8 must be a multiple of numGenerations (3), "
+            "because a generation round (batchSize completions unless generationBatchSize is set) holds whole "
+            "groups; change batchSize, or set generationBatchSize to a common multiple such as 24",
+        ),
+        (
+            {"spec.distributed.strategy": "ZeRO-3"},
+            "invalid job spec (flags): spec.distributed.strategy = 'ZeRO-3': strategy 'ZeRO-3' (DeepSpeed ZeRO) is "
+            "not supported: nodus shards with PyTorch FSDP through accelerate, which covers the same memory savings; "
+            "use strategy: FSDP",
+        ),
+        (
+            {"spec.parameters.lora.rank": 4},
+            "invalid job spec (flags): unknown field 'spec.parameters.lora.rank'; allowed here: alpha, dropout, r",
+        ),
+        (
+            {"spec.parameters.numGeneration": 4},
+            "invalid job spec (flags): unknown field 'spec.parameters.numGeneration'; did you mean 'numGenerations'? "
+            "allowed here: batchSize, beta, epochs, evalBatchSize, generationBatchSize, learningRate, lora, lossType, "
+            "maxCompletionLength, maxSteps, method, numGenerations, saveSteps, temperature, trl",
+        ),
+        (
+            {"spec.parameters.method": "QLORA"},
+            "invalid job spec (flags): spec.parameters.method (--method) = 'QLORA': Input should be 'LoRA', 'QLoRA' "
+            "or 'Full'",
+        ),
+        (
+            {"spec.maxCostUSD": "five"},
+            "invalid job spec (flags): spec.maxCostUSD (--max-cost-usd) = 'five': Input should be a valid decimal",
+        ),
+    ],
+)
+def test_messages_name_the_field_its_flag_and_the_rule(overrides: dict[str, object], message: str) -> None:
+    with pytest.raises(InvalidJobSpec) as error:
+        load_job(None, {"spec.environment.name": "graph-coloring@1", **overrides})
+    assert str(error.value) == message
+
+
+def test_no_environment_says_which_flag() -> None:
+    with pytest.raises(InvalidJobSpec, match=r"^no environment given: pass --env ID \(e.g. --env graph-coloring@1\)"):
+        load_job(None, {})
+
+
+def test_file_errors_name_the_file_and_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("spec:\n  environment: {name: x\n")
+    with pytest.raises(InvalidJobSpec, match=rf"^job file {bad} is not valid YAML at line 3: "):
+        load_job(bad, {})
+    bad.write_text("- a\n- b\n")
+    with pytest.raises(InvalidJobSpec, match="must be a YAML mapping with apiVersion, kind and spec"):
+        load_job(bad, {})
+    wrong_api = tmp_path / "api.yaml"
+    wrong_api.write_text("apiVersion: nodus.dev/v2\nspec: {environment: {name: graph-coloring@1}}\n")
+    with pytest.raises(InvalidJobSpec, match=r"apiVersion = 'nodus.dev/v2': Input should be 'nodus.dev/v1beta1'"):
+        load_job(wrong_api, {})

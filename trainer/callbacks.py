@@ -1,0 +1,134 @@
+"""The TRL/transformers callback that connects a training run to its run directory, progress line and cost cap."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from nodus.trainer.rewards import SandboxReward
+from nodus.trainer.rundir import RunDir
+
+# Metrics TRL logs each step that we keep (TRL's names, as in its docs).
+KEPT_METRICS = ("reward", "reward_std", "frac_reward_zero_std", "loss", "num_tokens", "kl", "learning_rate")
+
+
+class CostMeter:
+    """Spend so far (training wall time x hourly rate) and the projection one step ahead."""
+
+    def __init__(self, usd_per_hour: Decimal | None, cap: Decimal | None, spent_seconds: float = 0.0) -> None:
+        self.usd_per_hour = usd_per_hour
+        self.cap = cap
+        self.spent_seconds = spent_seconds
+
+    def usd(self, seconds: float | None = None) -> Decimal | None:
+        if self.usd_per_hour is None:
+            return None
+        total = self.spent_seconds if seconds is None else seconds
+        return (self.usd_per_hour * Decimal(str(total)) / 3600).quantize(Decimal("0.0001"))
+
+    def would_exceed(self, extra_seconds: float) -> bool:
+        """True when spending ``extra_seconds`` more would pass the cap."""
+        projected = self.usd(self.spent_seconds + extra_seconds)
+        return self.cap is not None and projected is not None and projected > self.cap
+
+
+class RunCallback(TrainerCallback):  # type: ignore[misc]
+    def __init__(
+        self,
+        run: RunDir,
+        reward: SandboxReward,
+        cost: CostMeter,
+        say: Callable[[str], None],
+        reference_step_seconds: float | None = None,
+    ) -> None:
+        self.run = run
+        self.reward = reward
+        self.cost = cost
+        self.say = say
+        self.stopped_by_cost_cap = False
+        self._step_started = time.monotonic()
+        self._step_seconds: list[float] = []
+        # Before the first step is measured, the cap is checked against a reference step time (the price table's).
+        self._reference_step_seconds = reference_step_seconds
+
+    @property
+    def step_seconds(self) -> float | None:
+        recent = self._step_seconds[-5:]
+        return sorted(recent)[len(recent) // 2] if recent else self._reference_step_seconds
+
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
+        self._check_cap(control, state)
+        self._step_started = time.monotonic()
+
+    def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
+        self._step_started = time.monotonic()
+
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
+        seconds = time.monotonic() - self._step_started
+        self._step_seconds.append(seconds)
+        self.cost.spent_seconds += seconds
+        self._check_cap(control, state)
+
+    def _check_cap(self, control: TrainerControl, state: TrainerState) -> None:
+        step = self.step_seconds
+        if step is not None and self.cost.would_exceed(step) and state.global_step < state.max_steps:
+            # Stop before the spend passes the cap, and keep what was learned: save a checkpoint now.
+            self.stopped_by_cost_cap = True
+            control.should_training_stop = True
+            control.should_save = state.global_step > 0
+            self.say(f"stopping: one more step would pass maxCostUSD {self.cost.cap} (spent ${self.cost.usd()})")
+
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, Any] | None = None,
+        **_: Any,
+    ) -> None:
+        if not logs or "reward" not in logs:
+            return  # the end-of-training summary log, not a step
+        row: dict[str, Any] = {"step": state.global_step, **{k: logs[k] for k in KEPT_METRICS if k in logs}}
+        row["step_seconds"] = round(self._step_seconds[-1], 3) if self._step_seconds else None
+        row["infrastructure_failures"] = self.reward.infrastructure_failures
+        spent = self.cost.usd()
+        row["spent_usd"] = None if spent is None else str(spent)
+        self.run.append_metrics(row)
+        self.say(self._progress_line(state, row))
+
+    def _progress_line(self, state: TrainerState, row: dict[str, Any]) -> str:
+        step = self.step_seconds or 0.0
+        remaining = max(state.max_steps - state.global_step, 0) * step
+        parts = [
+            f"step {state.global_step}/{state.max_steps}",
+            f"reward {row.get('reward', float('nan')):.3f}",
+            f"zero-variance groups {row.get('frac_reward_zero_std', float('nan')):.2f}",
+            f"{step:.1f} s/step",
+            f"ETA {format_duration(remaining)}",
+        ]
+        if self.cost.usd_per_hour is not None:
+            parts.append(f"spent ${self.cost.usd()}")
+        return "  ".join(parts)
+
+    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
+        # Called after TRL wrote every file of the checkpoint: only now does it count as complete.
+        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if checkpoint.is_dir():
+            self.run.mark_complete(
+                checkpoint,
+                {"step": state.global_step, "trainSeconds": self.cost.spent_seconds, "rewards": self.reward.state()},
+            )
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"

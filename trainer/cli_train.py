@@ -1,0 +1,108 @@
+"""``grpo train``: the job spec from ``-f job.yaml`` and flags (flags win), then the run or its dry-run plan.
+
+Importing this module must stay cheap (no torch): ``grpo envs`` and friends import it to build the command group.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+import click
+
+from nodus.core.errors import NodusError
+from nodus.trainer.spec import TrainingJob, load_job
+
+# flag name -> (dotted camelCase path in the job document, click type)
+FIELD_FLAGS: dict[str, tuple[str, Any]] = {
+    "model": ("spec.model.uri", str),
+    "env": ("spec.environment.name", str),
+    "train_tasks": ("spec.environment.trainTasks", int),
+    "held_out_tasks": ("spec.environment.heldOutTasks", int),
+    "seed": ("spec.environment.seed", int),
+    "max_cost_usd": ("spec.maxCostUSD", str),
+    "num_generations": ("spec.parameters.numGenerations", int),
+    "beta": ("spec.parameters.beta", float),
+    "max_completion_length": ("spec.parameters.maxCompletionLength", int),
+    "lora_r": ("spec.parameters.lora.r", int),
+    "method": ("spec.parameters.method", str),
+    "save_steps": ("spec.parameters.saveSteps", int),
+    "max_steps": ("spec.parameters.maxSteps", int),
+    "batch_size": ("spec.parameters.batchSize", int),
+    "generation_batch_size": ("spec.parameters.generationBatchSize", int),
+    "learning_rate": ("spec.parameters.learningRate", float),
+    "temperature": ("spec.parameters.temperature", float),
+    "loss_type": ("spec.parameters.lossType", str),
+    "sandbox": ("spec.sandbox", str),
+    "name": ("metadata.name", str),
+}
+
+
+class TrainingExtrasMissing(NodusError):
+    pass
+
+
+def field_options(command: Any) -> Any:
+    for flag, (path, kind) in reversed(FIELD_FLAGS.items()):
+        command = click.option(f"--{flag.replace('_', '-')}", flag, type=kind, default=None,
+                               help=f"Sets {path}.")(command)
+    return command
+
+
+def parse_params(pairs: tuple[str, ...]) -> dict[str, Any]:
+    from nodus.core.cli import parse_params as parse
+
+    return parse(pairs)
+
+
+@click.command()
+@click.option("-f", "--file", "job_file", type=click.Path(path_type=Path), default=None, help="Job spec YAML.")
+@field_options
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="Environment parameter (repeatable).")
+@click.option("--output", type=click.Path(path_type=Path), default=None,
+              help="Run directory (default ./outputs/NAME). Re-running on it resumes.")
+@click.option("--dry-run", is_flag=True, help="Print the plan, memory estimate, time and cost; train nothing.")
+@click.option("--gpu", "gpu", default=None, help="GPU for the cost projection and rate, e.g. h100, a100, 4090.")
+@click.option("--gpu-rate", "gpu_rate", default=None, metavar="USD_PER_HOUR", help="Hourly rate for the cost meter.")
+@click.option("--quiet", is_flag=True, help="No progress lines.")
+@click.option("--tensorboard", is_flag=True, help="Also log to TensorBoard (TRL's report_to) under the run dir.")
+def train(job_file: Path | None, params: tuple[str, ...], output: Path | None, dry_run: bool, gpu: str | None,
+          gpu_rate: str | None, quiet: bool, tensorboard: bool, **fields: Any) -> None:
+    """Train a LoRA adapter with GRPO on an environment: baseline, training, final evaluation, results.json."""
+    overrides = {FIELD_FLAGS[key][0]: value for key, value in fields.items() if value is not None}
+    if params:
+        overrides["spec.environment.params"] = parse_params(params)
+    job = load_job(job_file, overrides)
+    rate = parse_rate(gpu_rate)
+    run_dir = output or Path("outputs") / job.name
+    if dry_run:
+        from nodus.trainer.plan import dry_run as print_plan
+
+        click.echo(print_plan(job, gpu, rate))
+        return
+    try:
+        from nodus.trainer.run import RunOptions
+        from nodus.trainer.run import train as run_training
+    except ImportError as error:
+        raise TrainingExtrasMissing(
+            f"grpo train needs the training extras ({error.name} is missing): pip install 'nodus[train]'"
+        ) from None
+    options = RunOptions(output=run_dir, gpu=gpu, gpu_rate=rate, quiet=quiet,
+                         report_to=["tensorboard"] if tensorboard else [])
+    results = run_training(job, options)
+    click.echo(f"results: {run_dir / 'results.json'} (status {results['status']})")
+
+
+def parse_rate(text: str | None) -> Decimal | None:
+    if text is None:
+        return None
+    try:
+        rate = Decimal(text)
+    except InvalidOperation:
+        raise click.BadParameter(f"{text!r} is not a number of USD per hour, e.g. 2.60", param_hint="--gpu-rate") from None
+    if not rate.is_finite() or rate < 0:
+        raise click.BadParameter(f"{text} must be 0 or more USD per hour", param_hint="--gpu-rate")
+    return rate
+
+

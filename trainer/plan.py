@@ -1,0 +1,77 @@
+"""The dry run: what ``grpo train`` would do, the memory it needs, and what it would cost on a chosen GPU."""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+
+from nodus.core.registry import get_registry
+from nodus.trainer.estimate import JobSettings, estimate_memory, load_model_shape, parse_method
+from nodus.trainer.estimate_cli import format_table
+from nodus.trainer.pricing import GPU_PRICES, fits, lookup_gpu, project_cost
+from nodus.trainer.spec import TrainingJob
+
+
+def planned_steps(job: TrainingJob) -> int:
+    """Optimizer steps the job will take: maxSteps, or epochs over every (prompt, generation) pair."""
+    p = job.spec.parameters
+    if p.max_steps is not None:
+        return p.max_steps
+    completions = job.spec.environment.train_tasks * p.num_generations
+    return max(1, math.ceil(p.epochs * completions / p.batch_size))
+
+
+def prompt_tokens_estimate(job: TrainingJob) -> int:
+    """A rough prompt length in tokens (4 characters a token) from the first held-out task."""
+    env_ref = job.spec.environment
+    env = get_registry().resolve(env_ref.name).spec.make(env_ref.params)
+    task = env.task("heldout", env_ref.seed, 0)
+    return max(1, sum(len(m["content"]) for m in env.prompt(task)) // 4 + 16)
+
+
+def dry_run(job: TrainingJob, gpu_name: str | None, rate: Decimal | None) -> str:
+    from nodus.trainer.models import model_config_path, resolve_model
+
+    spec, p = job.spec, job.spec.parameters
+    steps = planned_steps(job)
+    lines = [
+        f"plan for {job.name}: {spec.environment.name}, seed {spec.environment.seed}, "
+        f"{spec.environment.train_tasks} train / {spec.environment.held_out_tasks} held-out tasks",
+        f"  model {spec.model.uri}, {p.method}" + (f" r={p.lora.r}" if p.method != "Full" else "")
+        + f", {p.num_generations} generations of up to {p.max_completion_length} tokens, batch {p.batch_size}, "
+        f"beta {p.beta:g}, learning rate {p.learning_rate:g}",
+        f"  1. baseline evaluation on {spec.environment.held_out_tasks} held-out tasks (greedy), graded in "
+        f"sandbox {spec.sandbox}",
+        f"  2. {steps} GRPO steps, a checkpoint every {p.save_steps}",
+        "  3. final evaluation on the same held-out tasks; results.json, metrics.jsonl, reward.png",
+        "",
+    ]
+    source = resolve_model(spec.model.uri)
+    shape = load_model_shape(str(model_config_path(source)))
+    settings = JobSettings(
+        method=parse_method(p.method),
+        lora_r=p.lora.r,
+        beta=p.beta,
+        num_generations=p.num_generations,
+        max_completion_length=p.max_completion_length,
+        prompt_length=prompt_tokens_estimate(job),
+    )
+    estimate = estimate_memory(shape, settings)
+    lines += format_table(estimate)
+    lines.append("")
+    gpu = lookup_gpu(gpu_name) if gpu_name else None
+    if gpu is None:
+        known = ", ".join(g.aliases[0] for g in GPU_PRICES)
+        lines.append(f"time and cost: name a GPU with --gpu ({known}) or give --gpu-rate with --gpu")
+        return "\n".join(lines)
+    hourly = rate if rate is not None else gpu.usd_per_hour
+    projection = project_cost(steps, gpu.seconds_per_step, hourly)
+    lines.append(fits(estimate, gpu)[1])
+    lines.append(
+        f"time and cost on {gpu.name}: {steps} steps x {gpu.seconds_per_step} s = {projection.seconds} s of training, "
+        f"${projection.usd} at ${hourly}/h (step time and price as published on {gpu.as_of.isoformat()}; "
+        "evaluation time not included)"
+    )
+    if spec.max_cost_usd is not None and projection.usd > spec.max_cost_usd:
+        lines.append(f"warning: the projection passes maxCostUSD {spec.max_cost_usd}: training will stop early")
+    return "\n".join(lines)

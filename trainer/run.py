@@ -1,0 +1,299 @@
+"""``grpo train``: baseline evaluation, GRPO training, final evaluation on the same held-out tasks, results.
+
+The loop is TRL's GRPOTrainer; this module only wires it to an environment, the sandbox, a run directory and a
+cost cap, in the order a reader expects:
+
+    plan -> load model -> baseline (or reuse it) -> train (or resume) -> final evaluation -> results.json
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nodus.core.environment import Environment, Task
+from nodus.core.errors import NodusError
+from nodus.core.grading import Grader
+from nodus.core.registry import get_registry
+from nodus.trainer.callbacks import CostMeter, RunCallback, format_duration
+from nodus.trainer.evaluate import Evaluation, evaluate
+from nodus.trainer.models import load_model_and_tokenizer, resolve_model
+from nodus.trainer.pricing import lookup_gpu
+from nodus.trainer.results import paired_comparison, plot_rewards, reward_signal, versions
+from nodus.trainer.rewards import SandboxReward, prompt_dataset
+from nodus.trainer.rundir import RunDir, read_json, write_json_atomic
+from nodus.trainer.spec import InvalidJobSpec, Parameters, TrainingJob
+
+
+@dataclass
+class RunOptions:
+    output: Path
+    gpu: str | None = None
+    gpu_rate: Decimal | None = None
+    quiet: bool = False
+    report_to: list[str] = field(default_factory=list)
+
+
+def say_to_stderr(quiet: bool) -> Any:
+    def say(line: str) -> None:
+        if not quiet:
+            print(line, file=sys.stderr, flush=True)
+
+    return say
+
+
+def hourly_rate(options: RunOptions) -> tuple[Decimal | None, float | None]:
+    """The USD/hour the run is charged and the price table's step time for the GPU, if one was named."""
+    gpu = lookup_gpu(options.gpu) if options.gpu else None
+    rate = options.gpu_rate if options.gpu_rate is not None else (gpu.usd_per_hour if gpu else None)
+    return rate, float(gpu.seconds_per_step) if gpu else None
+
+
+def train(job: TrainingJob, options: RunOptions) -> dict[str, Any]:
+    say = say_to_stderr(options.quiet)
+    spec = job.spec
+    resolution = get_registry().resolve(spec.environment.name)
+    if resolution.note:
+        say(f"note: {resolution.note}")
+    env = resolution.spec.make(spec.environment.params)
+    train_tasks = env.tasks("train", spec.environment.seed, spec.environment.train_tasks)
+    heldout = env.tasks("heldout", spec.environment.seed, spec.environment.held_out_tasks)
+    rate, table_step_seconds = hourly_rate(options)
+    if spec.max_cost_usd is not None and rate is None:
+        raise InvalidJobSpec(
+            "maxCostUSD needs an hourly rate to measure spend against: pass --gpu NAME (see 'grpo estimate --help') "
+            "or --gpu-rate USD_PER_HOUR"
+        )
+    check_method_fits_device(spec.parameters)
+    run = RunDir(options.output)
+    resuming = run.claim(job.canonical())
+    say(f"{'resuming' if resuming else 'starting'} {job.name} in {run.path}: {env.id_text()}, "
+        f"{len(train_tasks)} train / {len(heldout)} held-out tasks, seed {spec.environment.seed}, "
+        f"model {spec.model.uri}, {spec.parameters.method} r={spec.parameters.lora.r}")
+    if run.results.exists() and read_json(run.results).get("status") in ("completed", "stopped_by_cost_cap"):
+        say(f"this run is already finished; results in {run.results}")
+        results: dict[str, Any] = read_json(run.results)
+        return results
+
+    source = resolve_model(spec.model.uri)
+    quantization = "nf4" if spec.parameters.method == "QLoRA" else None
+    model, tokenizer = load_model_and_tokenizer(source, quantization=quantization)
+    with Grader(env, sandbox=spec.sandbox) as grader:
+        baseline = baseline_evaluation(run, model, tokenizer, env, heldout, grader, spec.parameters, say)
+        warn_if_no_signal(baseline, say)
+        started = time.monotonic()
+        trainer, callback, reward = build_trainer(job, run, env, train_tasks, model, tokenizer, grader, rate,
+                                                  table_step_seconds, options, say)
+        checkpoint = run.latest_checkpoint()
+        if checkpoint is not None:
+            restore_accounting(run, checkpoint, callback, reward, say)
+        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        save_trained_weights(trainer, tokenizer, run)
+        status = "stopped_by_cost_cap" if callback.stopped_by_cost_cap else "completed"
+        final = None
+        if callback.cost.would_exceed(baseline.seconds):
+            say("skipping the final evaluation: it would pass maxCostUSD")
+        else:
+            say(f"final evaluation on {len(heldout)} held-out tasks")
+            final = evaluate(trainer.model, tokenizer, env, heldout, grader,
+                             spec.parameters.max_completion_length, spec.parameters.eval_batch_size)
+            write_json_atomic(run.final, final.model_dump())
+        wall = time.monotonic() - started
+    results = assemble_results(job, run, env, resolution.spec.distribution, source.display, heldout, baseline, final,
+                               reward, callback, status, wall, rate)
+    write_json_atomic(run.results, results)
+    plot_rewards(run.plot, run.read_metrics(), baseline, final)
+    say(summary_line(baseline, final, results))
+    return results
+
+
+def check_method_fits_device(parameters: Parameters) -> None:
+    if parameters.method == "QLoRA" and not torch.cuda.is_available():
+        raise InvalidJobSpec(
+            "method QLoRA needs a CUDA GPU (bitsandbytes NF4 kernels); on this machine use --method LoRA"
+        )
+
+
+def baseline_evaluation(
+    run: RunDir, model: Any, tokenizer: Any, env: Environment, heldout: list[Task], grader: Grader,
+    parameters: Parameters, say: Any,
+) -> Evaluation:
+    if run.baseline.exists():
+        say("reusing the saved baseline evaluation")
+        return Evaluation.model_validate(read_json(run.baseline))
+    say(f"baseline evaluation on {len(heldout)} held-out tasks (greedy)")
+    baseline = evaluate(model, tokenizer, env, heldout, grader, parameters.max_completion_length,
+                        parameters.eval_batch_size)
+    write_json_atomic(run.baseline, baseline.model_dump())
+    say(f"baseline: mean score {baseline.mean_score:.3f}, pass rate {baseline.pass_rate:.3f} "
+        f"({format_duration(baseline.seconds)})")
+    return baseline
+
+
+def warn_if_no_signal(baseline: Evaluation, say: Any) -> None:
+    scores = {t.score for t in baseline.tasks if t.score is not None}
+    if len(scores) == 1:
+        (score,) = scores
+        say(f"warning: every held-out baseline score is {score:g}: if training rewards look the same, every group "
+            "reward is identical and GRPO will not learn; consider SFT on reference answers first, or "
+            f"{'harder' if score >= 1 else 'easier'} tasks (or partial credit)")
+
+
+def build_trainer(
+    job: TrainingJob, run: RunDir, env: Environment, train_tasks: list[Task], model: Any, tokenizer: Any,
+    grader: Grader, rate: Decimal | None, table_step_seconds: float | None, options: RunOptions, say: Any,
+) -> tuple[Any, RunCallback, SandboxReward]:
+    from trl import GRPOConfig, GRPOTrainer
+
+    reward = SandboxReward(grader)
+    callback = RunCallback(run, reward, CostMeter(rate, job.spec.max_cost_usd), say, table_step_seconds)
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=grpo_config(GRPOConfig, job, run, options),
+        train_dataset=prompt_dataset(env, train_tasks),
+        processing_class=tokenizer,
+        peft_config=lora_config(job.spec.parameters),
+        callbacks=[callback],
+    )
+    return trainer, callback, reward
+
+
+def grpo_config(config_cls: Any, job: TrainingJob, run: RunDir, options: RunOptions) -> Any:
+    p = job.spec.parameters
+    on_gpu = torch.cuda.is_available()
+    settings: dict[str, Any] = {
+        "output_dir": str(run.checkpoints),
+        "per_device_train_batch_size": p.batch_size,
+        "num_generations": p.num_generations,
+        "max_completion_length": p.max_completion_length,
+        "beta": p.beta,
+        "learning_rate": p.learning_rate,
+        "temperature": p.temperature,
+        "num_train_epochs": p.epochs,
+        "max_steps": p.max_steps or -1,
+        "loss_type": p.loss_type,
+        "save_strategy": "steps",
+        "save_steps": p.save_steps,
+        "save_total_limit": 2,  # the newest complete checkpoint survives a kill during the next save
+        "logging_steps": 1,
+        "report_to": options.report_to,
+        "disable_tqdm": True,  # our progress line replaces it
+        "seed": job.spec.environment.seed,
+        "use_cpu": not on_gpu,
+        "bf16": on_gpu and torch.cuda.is_bf16_supported(),
+    }
+    if p.generation_batch_size is not None:
+        settings["generation_batch_size"] = p.generation_batch_size
+    known = {f.name for f in dataclasses.fields(config_cls)}
+    for key, value in p.trl.items():
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise InvalidJobSpec(f"spec.parameters.trl.{key} is not a GRPOConfig field; {hint}see TRL's GRPOConfig")
+        settings[key] = value
+    try:
+        return config_cls(**settings)
+    except (ValueError, TypeError) as error:
+        raise InvalidJobSpec(f"TRL rejected the training parameters: {str(error).splitlines()[0]}") from None
+
+
+def lora_config(parameters: Parameters) -> Any:
+    if parameters.method == "Full":
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=parameters.lora.r,
+        lora_alpha=parameters.lora.alpha or 2 * parameters.lora.r,
+        lora_dropout=parameters.lora.dropout,
+        target_modules="all-linear",  # every linear layer of the decoder (q, k, v, o, gate, up, down), not lm_head
+        task_type="CAUSAL_LM",
+    )
+
+
+def restore_accounting(run: RunDir, checkpoint: Path, callback: RunCallback, reward: SandboxReward, say: Any) -> None:
+    """What our side keeps beyond TRL's checkpoint: spend so far and the reward tally; later metrics are replayed."""
+    state = run.checkpoint_state(checkpoint)
+    callback.cost.spent_seconds = float(state.get("trainSeconds", 0.0))
+    reward.restore(state.get("rewards", {}))
+    run.truncate_metrics(int(state["step"]))
+    say(f"resuming from {checkpoint.name} (step {state['step']})")
+
+
+def save_trained_weights(trainer: Any, tokenizer: Any, run: RunDir) -> None:
+    """Save the adapter (or the model, for Full) to adapter/ by rename, so it is never half-written."""
+    staging = run.path / ".adapter.tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    trainer.save_model(str(staging))
+    tokenizer.save_pretrained(str(staging))
+    shutil.rmtree(run.adapter, ignore_errors=True)
+    staging.rename(run.adapter)
+
+
+def assemble_results(
+    job: TrainingJob, run: RunDir, env: Environment, distribution: str, model_display: str, heldout: list[Task],
+    baseline: Evaluation, final: Evaluation | None, reward: SandboxReward, callback: RunCallback, status: str,
+    wall_seconds: float, rate: Decimal | None,
+) -> dict[str, Any]:
+    metrics = run.read_metrics()
+    tokens = next((row["num_tokens"] for row in reversed(metrics) if "num_tokens" in row), None)
+
+    def summary(evaluation: Evaluation | None) -> dict[str, Any] | None:
+        if evaluation is None:
+            return None
+        return {
+            "meanScore": evaluation.mean_score,
+            "passRate": evaluation.pass_rate,
+            "scored": evaluation.scored,
+            "infrastructureFailures": evaluation.infrastructure_failures,
+            "seconds": round(evaluation.seconds, 2),
+            "perTask": evaluation.scores_by_id(),
+        }
+
+    return {
+        "status": status,
+        "job": job.canonical(),
+        "versions": versions(distribution),
+        "model": model_display,
+        "environment": env.id_text(),
+        "heldOutTaskIds": [t.id for t in heldout],
+        "baseline": summary(baseline),
+        "final": summary(final),
+        "difference": paired_comparison(baseline, final) if final else None,
+        "training": {
+            "steps": metrics[-1]["step"] if metrics else 0,
+            "trainSeconds": round(callback.cost.spent_seconds, 2),
+            "wallSeconds": round(wall_seconds, 2),
+            "tokens": tokens,
+            "rewardPerStep": [{"step": row["step"], "reward": row.get("reward")} for row in metrics],
+        },
+        "diagnostics": reward_signal(reward.state(), metrics),
+        "cost": {
+            "usdPerHour": None if rate is None else str(rate),
+            "actualUSD": None if callback.cost.usd() is None else str(callback.cost.usd()),
+            "maxCostUSD": None if job.spec.max_cost_usd is None else str(job.spec.max_cost_usd),
+        },
+    }
+
+
+def summary_line(baseline: Evaluation, final: Evaluation | None, results: dict[str, Any]) -> str:
+    if final is None:
+        return f"done ({results['status']}): baseline {baseline.mean_score:.3f}, no final evaluation"
+    diff = results["difference"]
+    return (f"done ({results['status']}): held-out mean score {baseline.mean_score:.3f} -> {final.mean_score:.3f} "
+            f"(pass rate {baseline.pass_rate:.3f} -> {final.pass_rate:.3f}; sign test p={diff['signTestP']:.3g}); "
+            f"{results['diagnostics']['rewardSignal']}")
+
+
+class TrainingUnavailable(NodusError):
+    """The training extras (torch, transformers, trl, peft) are not installed."""

@@ -1,0 +1,137 @@
+"""The run directory: what a run writes, how a re-run finds its place, and how nothing is half-written.
+
+    job.json           the resolved spec; a re-run with a different spec is refused
+    baseline.json      held-out evaluation before training (reused on resume: never graded twice)
+    checkpoints/       TRL checkpoints; one counts only once it carries COMPLETE (written last, atomically)
+    metrics.jsonl      one line per logged training step
+    final.json         held-out evaluation after training
+    adapter/           the trained adapter (or model, for method Full)
+    results.json       the summary; reward.png its plot
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from nodus.core.errors import NodusError
+
+COMPLETE_MARKER = "COMPLETE.json"
+# Fields that may change between runs on the same directory: raising the cost cap to continue is the point.
+RESUMABLE_CHANGES = {"maxCostUSD"}
+
+
+class RunDirectoryConflict(NodusError):
+    """The output directory holds a run of a different spec."""
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON so that a reader (or a kill -9) sees the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as handle:
+        json.dump(data, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+class RunDir:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.job = path / "job.json"
+        self.baseline = path / "baseline.json"
+        self.final = path / "final.json"
+        self.metrics = path / "metrics.jsonl"
+        self.results = path / "results.json"
+        self.plot = path / "reward.png"
+        self.adapter = path / "adapter"
+        self.checkpoints = path / "checkpoints"
+
+    def claim(self, canonical_job: dict[str, Any]) -> bool:
+        """Start a run here, or continue the one already here; True when continuing.
+
+        Refuses a directory that holds a run of a different spec, naming the first difference.
+        """
+        if self.job.exists():
+            saved = read_json(self.job)
+            difference = first_difference(saved, canonical_job)
+            if difference is not None:
+                raise RunDirectoryConflict(
+                    f"{self.path} holds a run of a different spec ({difference}); to start fresh, pass a new "
+                    f"--output directory or remove {self.path}; to continue that run, repeat its spec"
+                )
+            if saved != canonical_job:  # only resumable fields changed: record the new values
+                write_json_atomic(self.job, canonical_job)
+            return True
+        if self.path.exists() and any(self.path.iterdir()):
+            raise RunDirectoryConflict(
+                f"{self.path} exists and is not a nodus run (no job.json); pass an empty or new --output directory"
+            )
+        write_json_atomic(self.job, canonical_job)
+        return False
+
+    def latest_checkpoint(self) -> Path | None:
+        """The newest complete checkpoint; incomplete ones (a kill during a save) are removed."""
+        if not self.checkpoints.is_dir():
+            return None
+        complete: list[tuple[int, Path]] = []
+        for folder in self.checkpoints.glob("checkpoint-*"):
+            if (folder / COMPLETE_MARKER).exists():
+                complete.append((int(folder.name.rpartition("-")[2]), folder))
+            else:
+                shutil.rmtree(folder, ignore_errors=True)
+        return max(complete)[1] if complete else None
+
+    def mark_complete(self, checkpoint: Path, state: dict[str, Any]) -> None:
+        write_json_atomic(checkpoint / COMPLETE_MARKER, state)
+
+    def checkpoint_state(self, checkpoint: Path) -> dict[str, Any]:
+        state: dict[str, Any] = read_json(checkpoint / COMPLETE_MARKER)
+        return state
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        if not self.metrics.exists():
+            return []
+        rows = []
+        for line in self.metrics.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except ValueError:  # a line cut by a kill: drop it
+                continue
+        return rows
+
+    def truncate_metrics(self, last_step: int) -> None:
+        """Drop metrics logged after ``last_step``: on resume those steps run again."""
+        kept = [row for row in self.read_metrics() if row.get("step", 0) <= last_step]
+        tmp = self.metrics.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in kept))
+        os.replace(tmp, self.metrics)
+
+    def append_metrics(self, row: dict[str, Any]) -> None:
+        with self.metrics.open("a") as handle:
+            handle.write(json.dumps(row, sort_keys=True) + "\n")
+
+
+def first_difference(saved: Any, wanted: Any, path: str = "") -> str | None:
+    """The first field where two specs differ (other than resumable fields), as 'path: old -> new'."""
+    if isinstance(saved, dict) and isinstance(wanted, dict):
+        for key in sorted(set(saved) | set(wanted)):
+            if key in RESUMABLE_CHANGES:
+                continue
+            found = first_difference(saved.get(key), wanted.get(key), f"{path}.{key}" if path else key)
+            if found:
+                return found
+        return None
+    if saved != wanted:
+        return f"{path}: {json.dumps(saved)} -> {json.dumps(wanted)}"
+    return None

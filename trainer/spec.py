@@ -1,0 +1,238 @@
+"""The training job spec (``grpo train -f job.yaml``): its schema, defaults and validation.
+
+Field names are the YAML's camelCase; every field also has a CLI flag (its kebab-case), and flags win. Every
+validation message states the rule, why it exists, and how to fix the spec (the style of TRL's GRPOConfig).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from nodus.core.environment import DEFAULT_HELD_OUT_TASKS, DEFAULT_TRAIN_TASKS
+from nodus.core.errors import NodusError
+
+API_VERSION = "nodus.dev/v1beta1"
+RUNTIME = "nodus/grpo-lora"
+DEFAULT_MODEL = "default"
+
+
+class InvalidJobSpec(NodusError):
+    """A job spec (file or flags) that fails validation."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class ModelRef(_Strict):
+    uri: str = Field(
+        DEFAULT_MODEL,
+        description="'default' (the embedded SmolLM2-135M-Instruct), a local directory, or hf://org/name@revision.",
+    )
+
+
+class EnvironmentRef(_Strict):
+    name: str = Field(description="Environment id, e.g. nodus/graph-coloring@1.")
+    train_tasks: int = Field(DEFAULT_TRAIN_TASKS, alias="trainTasks", ge=1, le=1_000_000)
+    held_out_tasks: int = Field(DEFAULT_HELD_OUT_TASKS, alias="heldOutTasks", ge=1, le=100_000)
+    seed: int = Field(42, ge=0)
+    params: dict[str, Any] = Field(default_factory=dict, description="The environment's own parameters.")
+
+
+class LoraParams(_Strict):
+    r: int = Field(8, ge=1, le=1024)
+    alpha: int | None = Field(None, ge=1, description="Defaults to 2 * r.")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+
+
+class Parameters(_Strict):
+    method: Literal["LoRA", "QLoRA", "Full"] = "LoRA"
+    num_generations: int = Field(4, alias="numGenerations", ge=2, le=64)
+    beta: float = Field(0.0, ge=0.0, description="KL penalty to the frozen reference; 0 loads no reference model.")
+    max_completion_length: int = Field(64, alias="maxCompletionLength", ge=1, le=32768)
+    lora: LoraParams = Field(default_factory=LoraParams)
+    save_steps: int = Field(25, alias="saveSteps", ge=1)
+    batch_size: int = Field(8, alias="batchSize", ge=1, description="Completions per training step.")
+    generation_batch_size: int | None = Field(
+        None, alias="generationBatchSize", ge=1, description="Completions per generation round; default batchSize."
+    )
+    learning_rate: float = Field(5e-5, alias="learningRate", gt=0.0, le=1.0)
+    temperature: float = Field(1.0, gt=0.0, le=10.0)
+    epochs: float = Field(1.0, gt=0.0)
+    max_steps: int | None = Field(None, alias="maxSteps", ge=1, description="Overrides epochs when set.")
+    loss_type: str = Field("dapo", alias="lossType")
+    eval_batch_size: int = Field(16, alias="evalBatchSize", ge=1)
+    trl: dict[str, Any] = Field(default_factory=dict, description="Any other GRPOConfig field, passed through.")
+
+    @model_validator(mode="after")
+    def _generation_batch_fits(self) -> Parameters:
+        common = _lcm(self.batch_size, self.num_generations)
+        if self.generation_batch_size is None and self.batch_size % self.num_generations:
+            raise ValueError(
+                f"batchSize={self.batch_size} must be a multiple of numGenerations ({self.num_generations}), because "
+                "a generation round (batchSize completions unless generationBatchSize is set) holds whole groups; "
+                f"change batchSize, or set generationBatchSize to a common multiple such as {common}"
+            )
+        size = self.generation_batch_size
+        if size is not None and (size % self.num_generations or size % self.batch_size):
+            raise ValueError(
+                f"generationBatchSize={size} must be a multiple of both batchSize ({self.batch_size}) and "
+                f"numGenerations ({self.num_generations}), because each generation round holds whole groups and "
+                f"is split into whole training batches; use e.g. {common}"
+            )
+        return self
+
+
+class Distributed(_Strict):
+    strategy: str | None = None
+
+    @field_validator("strategy")
+    @classmethod
+    def _fsdp_only(cls, value: str | None) -> str | None:
+        if value is None or value.upper() == "FSDP":
+            return None if value is None else "FSDP"
+        if "ZERO" in value.upper() or "DEEPSPEED" in value.upper():
+            raise ValueError(
+                f"strategy {value!r} (DeepSpeed ZeRO) is not supported: nodus shards with PyTorch FSDP through "
+                "accelerate, which covers the same memory savings; use strategy: FSDP"
+            )
+        raise ValueError(f"unknown strategy {value!r}; use FSDP or leave it out for one device")
+
+
+class Spec(_Strict):
+    runtime: Literal["nodus/grpo-lora"] = RUNTIME
+    model: ModelRef = Field(default_factory=ModelRef)
+    environment: EnvironmentRef
+    max_cost_usd: Decimal | None = Field(None, alias="maxCostUSD", ge=0)
+    parameters: Parameters = Field(default_factory=Parameters)
+    distributed: Distributed = Field(default_factory=Distributed)
+    sandbox: Literal["nsjail", "none"] = "nsjail"
+
+
+class Metadata(_Strict):
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=128)
+
+
+class TrainingJob(_Strict):
+    api_version: Literal["nodus.dev/v1beta1"] = Field(API_VERSION, alias="apiVersion")
+    kind: Literal["TrainingJob"] = "TrainingJob"
+    metadata: Metadata = Field(default_factory=Metadata)
+    spec: Spec
+
+    @property
+    def name(self) -> str:
+        env = self.spec.environment
+        return self.metadata.name or f"{env.name.split('/')[-1].replace('@', '-v')}-seed{env.seed}"
+
+    def canonical(self) -> dict[str, Any]:
+        """The resolved spec as JSON-able camelCase, the form saved with a run and compared on resume."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+# Flag of each field, for messages: a user who set a value by flag should be told the flag.
+FLAGS: dict[str, str] = {
+    "spec.model.uri": "--model",
+    "spec.environment.name": "--env",
+    "spec.environment.trainTasks": "--train-tasks",
+    "spec.environment.heldOutTasks": "--held-out-tasks",
+    "spec.environment.seed": "--seed",
+    "spec.maxCostUSD": "--max-cost-usd",
+    "spec.parameters.numGenerations": "--num-generations",
+    "spec.parameters.beta": "--beta",
+    "spec.parameters.maxCompletionLength": "--max-completion-length",
+    "spec.parameters.lora.r": "--lora-r",
+    "spec.parameters.method": "--method",
+    "spec.parameters.saveSteps": "--save-steps",
+    "spec.parameters.maxSteps": "--max-steps",
+    "spec.parameters.batchSize": "--batch-size",
+    "spec.parameters.generationBatchSize": "--generation-batch-size",
+    "spec.parameters.learningRate": "--learning-rate",
+    "spec.parameters.temperature": "--temperature",
+    "spec.parameters.lossType": "--loss-type",
+    "spec.sandbox": "--sandbox",
+}
+
+
+def load_job(path: Path | None, overrides: dict[str, Any]) -> TrainingJob:
+    """The job from ``path`` (YAML) with ``overrides`` (dotted camelCase paths from flags) applied on top."""
+    document: dict[str, Any] = {}
+    if path is not None:
+        document = _read_yaml(path)
+    for dotted, value in overrides.items():
+        if value is not None:
+            _set_path(document, dotted.split("."), value)
+    document.setdefault("spec", {})
+    if "environment" not in document["spec"]:
+        raise InvalidJobSpec("no environment given: pass --env ID (e.g. --env graph-coloring@1) or set spec.environment.name")
+    try:
+        return TrainingJob.model_validate(document)
+    except ValidationError as error:
+        raise InvalidJobSpec(_one_line(error, source=str(path) if path else "flags")) from None
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise InvalidJobSpec(f"cannot read job file {path}: {error.strerror}; check the path given to -f") from None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise InvalidJobSpec(f"job file {path} is not valid YAML{where}: {getattr(error, 'problem', error)}") from None
+    if not isinstance(document, dict):
+        raise InvalidJobSpec(f"job file {path} must be a YAML mapping with apiVersion, kind and spec")
+    return document
+
+
+def _set_path(document: dict[str, Any], keys: list[str], value: Any) -> None:
+    node = document
+    for key in keys[:-1]:
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = node[key] = {}
+        node = child
+    node[keys[-1]] = value
+
+
+def _one_line(error: ValidationError, source: str) -> str:
+    first = error.errors()[0]
+    loc = ".".join(str(part) for part in first["loc"])
+    message = first["msg"].removeprefix("Value error, ")
+    flag = FLAGS.get(loc)
+    where = f"{loc} ({flag})" if flag else loc or "the job"
+    if first["type"] == "extra_forbidden":
+        parent, _, key = loc.rpartition(".")
+        model = _model_at(parent)
+        known = sorted(f.alias or name for name, f in model.model_fields.items()) if model else []
+        close = difflib.get_close_matches(key, known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        return f"invalid job spec ({source}): unknown field {loc!r}; {hint}allowed here: {', '.join(known)}"
+    if first["type"] == "missing":
+        return f"invalid job spec ({source}): {where} is required"
+    value = first.get("input")
+    shown = f" = {value!r}" if first["loc"] and not isinstance(value, dict) else ""
+    return f"invalid job spec ({source}): {where}{shown}: {message}"
+
+
+def _model_at(dotted: str) -> type[BaseModel] | None:
+    model: type[BaseModel] = TrainingJob
+    for key in filter(None, dotted.split(".")):
+        field = next((f for n, f in model.model_fields.items() if key in (n, f.alias)), None)
+        annotation = getattr(field, "annotation", None)
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return None
+        model = annotation
+    return model
+
+
+def _lcm(a: int, b: int) -> int:
+    return math.lcm(a, b)
