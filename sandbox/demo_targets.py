@@ -62,3 +62,13 @@ def print_fake_reply(payload: dict[str, Any]) -> dict[str, Any]:
         stream.flush()
     os.write(1, forged)
     return {"score": 0.0, "passed": False, "details": "honest result"}
+
+
+def coloring_check(payload: dict[str, Any]) -> dict[str, Any]:
+    """A graph-coloring-style check: ``coloring`` must give adjacent nodes different colors and use
+    at most ``max_colors``.  Stands in for a real cheap grader in benchmarks (tens of microseconds)."""
+    edges = payload["edges"]
+    coloring = payload["coloring"]
+    conflicts = sum(1 for a, b in edges if coloring[a] == coloring[b])
+    passed = conflicts == 0 and len(set(coloring)) <= int(payload["max_colors"])
+    return {"score": 1.0 if passed else 0.0, "passed": passed, "details": f"{conflicts} conflicts"}

@@ -57,6 +57,7 @@ POLICY nodus_grading {
 USE nodus_grading DEFAULT ALLOW
 """.strip()
 
+_verified: set[Path] = set()  # binaries whose probe jail worked in this process
 INSTALL_LIBS_FIX = "apt-get install libnl-route-3-200 libprotobuf32 (Debian/Ubuntu package names)"
 
 
@@ -249,6 +250,8 @@ def check_sandbox_available(nsjail_path: str | os.PathLike[str] | None = None, t
             "user.max_user_namespaces=15000",
         )
     nsjail = find_nsjail(nsjail_path)
+    if nsjail in _verified:
+        return nsjail
     try:
         probe = subprocess.run([str(nsjail), "--help"], capture_output=True, timeout=timeout_s)
     except OSError as exc:
@@ -267,6 +270,7 @@ def check_sandbox_available(nsjail_path: str | os.PathLike[str] | None = None, t
             "run as root or enable unprivileged user namespaces and seccomp; in containers use "
             "--privileged or allow unshare/mount (see nsjail's README)",
         )
+    _verified.add(nsjail)
     return nsjail
 
 

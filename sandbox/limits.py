@@ -18,17 +18,17 @@ class SandboxLimits(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    wall_time_s: float = Field(10.0, gt=0, le=600, description="Wall-clock seconds for one job.")
-    cpu_time_s: float = Field(10.0, gt=0, le=600, description="CPU seconds for one completion process.")
-    memory_mb: int = Field(512, ge=64, le=65536, description="Address space for one completion, MiB.")
-    max_processes: int = Field(32, ge=1, le=4096, description="Processes/threads a job may have at once.")
-    max_file_size_mb: int = Field(16, ge=1, le=4096, description="Largest file a job may write, MiB.")
+    wall_time_s: float = Field(default=10.0, gt=0, le=600, description="Wall-clock seconds for one job.")
+    cpu_time_s: float = Field(default=10.0, gt=0, le=600, description="CPU seconds for one completion process.")
+    memory_mb: int = Field(default=512, ge=64, le=65536, description="Address space for one completion, MiB.")
+    max_processes: int = Field(default=32, ge=1, le=4096, description="Processes/threads a job may have at once.")
+    max_file_size_mb: int = Field(default=16, ge=1, le=4096, description="Largest file a job may write, MiB.")
     max_output_bytes: int = Field(
-        1_000_000, ge=1024, le=256 * 1024 * 1024, description="stdout+stderr bytes read from a program."
+        default=1_000_000, ge=1024, le=256 * 1024 * 1024, description="stdout+stderr bytes read from a program."
     )
-    tmpfs_mb: int = Field(64, ge=1, le=16384, description="Size of the private /tmp of each worker, MiB.")
-    max_open_files: int = Field(256, ge=16, le=65536, description="RLIMIT_NOFILE of the jailed processes.")
-    max_details_chars: int = Field(4000, ge=0, le=1_000_000, description="Grader details are cut to this.")
+    tmpfs_mb: int = Field(default=64, ge=1, le=16384, description="Size of the private /tmp of each worker, MiB.")
+    max_open_files: int = Field(default=256, ge=16, le=65536, description="RLIMIT_NOFILE of the jailed processes.")
+    max_details_chars: int = Field(default=4000, ge=0, le=1_000_000, description="Grader details are cut to this.")
 
     @model_validator(mode="after")
     def _cpu_within_wall(self) -> SandboxLimits:

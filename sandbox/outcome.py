@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-GRADED = "graded"
-INFRASTRUCTURE_FAILURE = "infrastructure_failure"
+GRADED: Final = "graded"
+INFRASTRUCTURE_FAILURE: Final = "infrastructure_failure"
 
 
 class GradeOutcome(BaseModel):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
+import json
 import logging
 import os
 import subprocess
@@ -14,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Protocol
 
-from .errors import SandboxUnavailable, UnsandboxedGradingWarning
+from .errors import UnsandboxedGradingWarning
 from .jail import build_worker_command, cgroup_v1_available, check_sandbox_available
 from .limits import SandboxLimits
 from .outcome import GRADED, GradeOutcome, PoolStats
@@ -96,10 +98,8 @@ class _WorkerProcess:
             log.error("nsjail pid %s did not exit after SIGKILL", self.proc.pid)
         for stream in (self.proc.stdin, self.proc.stdout):
             if stream:
-                try:
+                with contextlib.suppress(OSError):
                     stream.close()
-                except OSError:
-                    pass
 
 
 @dataclasses.dataclass
@@ -216,7 +216,9 @@ class GraderPool:
     def __enter__(self) -> GraderPool:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     @property
@@ -236,6 +238,11 @@ class GraderPool:
     def run_many(self, jobs: Sequence[dict[str, Any]]) -> list[GradeOutcome]:
         if self._closed:
             raise RuntimeError("GraderPool is closed")
+        for position, job in enumerate(jobs):
+            try:
+                json.dumps(job, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"job {position} cannot be sent to a worker as JSON: {exc}") from exc
         results: list[GradeOutcome | None] = [None] * len(jobs)
         if self.mode == "none":
             self._run_unsandboxed(jobs, results)
@@ -318,6 +325,18 @@ class GraderPool:
         queue.finished()
 
     def _slot_loop(self, slot: int, queue: _WorkQueue, results: list[GradeOutcome | None]) -> None:
+        batch: list[_Item] = []
+        try:
+            self._serve_slot(slot, queue, results)
+        except BaseException as exc:  # noqa: BLE001 - a bug here must not leave run_many waiting
+            log.exception("grading slot %d failed", slot)
+            self._replace_worker(slot)
+            while batch := queue.take(self.batch_size, 1):
+                for item in batch:
+                    results[item.index] = GradeOutcome.infrastructure("pool_error", repr(exc), item.attempts + 1)
+                    queue.finished()
+
+    def _serve_slot(self, slot: int, queue: _WorkQueue, results: list[GradeOutcome | None]) -> None:
         while batch := queue.take(self.batch_size, self.workers):
             try:
                 worker = self._worker_for(slot)

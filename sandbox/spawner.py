@@ -19,6 +19,7 @@ with ``subprocess`` instead.  Standard library only: this module runs inside the
 from __future__ import annotations
 
 import builtins
+import contextlib
 import io
 import json
 import os
@@ -116,15 +117,11 @@ def _completion_main(request_fd: int) -> NoReturn:
         sys.argv = ["<completion>"]
         code = _exec_program(request["code"], request.get("epilogue"))
     except BaseException:  # noqa: BLE001 - the harness itself failing is reported like a crash
-        try:
+        with contextlib.suppress(BaseException):
             traceback.print_exc()
-        except BaseException:  # noqa: BLE001
-            pass
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(BaseException):  # e.g. BrokenPipe or a closed fd
             stream.flush()
-        except BaseException:  # noqa: BLE001 - e.g. BrokenPipe or a closed fd
-            pass
     os._exit(code)
 
 
@@ -281,7 +278,7 @@ class _SubprocessLauncher(_Launcher):
     def __init__(self, fds: list[int]) -> None:
         request_fd = fds[0]
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", f"from nodus.sandbox.spawner import _completion_main; _completion_main({request_fd})"],
+            [sys.executable, "-c", f"from nodus.sandbox.spawner import _completion_main as m; m({request_fd})"],
             stdin=fds[1],
             stdout=fds[2],
             stderr=fds[3],
@@ -360,10 +357,8 @@ def _supervise(
     notes: list[str] = []
 
     def kill() -> None:
-        try:
+        with contextlib.suppress(OSError):
             os.kill(launcher.pid, signal.SIGKILL)
-        except OSError:
-            pass
 
     try:
         while status is None:

