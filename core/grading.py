@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from nodus.core.environment import Environment, Task
 from nodus.core.registry import load_environment
-from nodus.sandbox import GradeOutcome, GraderPool, PoolStats
+from nodus.sandbox import GradeOutcome, GraderPool, PoolStats, SandboxLimits
 
 GRADE_TARGET = "nodus.core.grading:grade_job"
 SandboxMode = Literal["nsjail", "none"]
@@ -58,13 +58,20 @@ class Grader:
         workers: int = 2,
     ) -> None:
         self.env = env
-        self.pool = GraderPool.for_environment(env, limits, workers=workers, mode=sandbox)
+        self.pool = GraderPool(
+            SandboxLimits.for_environment(env.sandbox_limits, limits),
+            workers=workers,
+            mode=sandbox,
+            isolate_each_completion=env.isolate_each_completion,
+        )
 
     def __enter__(self) -> Grader:
         self.pool.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.pool.close()
 
     def grade(self, pairs: Sequence[tuple[Task, str]]) -> list[GradeOutcome]:

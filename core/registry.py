@@ -42,14 +42,16 @@ class Resolution:
 
 
 class Registry:
-    def __init__(self, specs: Iterable[EnvironmentSpec] = ()) -> None:
+    def __init__(self, specs: Iterable[EnvironmentSpec] = (), load_errors: Iterable[PluginLoadError] = ()) -> None:
         self._specs: dict[EnvId, EnvironmentSpec] = {}
+        # Plugins that failed to import: reported when they could be the reason a name is unknown.
+        self.load_errors = list(load_errors)
         for spec in specs:
             self.add(spec)
 
     @classmethod
-    def from_plugin_manager(cls, pm: pluggy.PluginManager) -> Registry:
-        registry = cls()
+    def from_plugin_manager(cls, pm: pluggy.PluginManager, load_errors: Iterable[PluginLoadError] = ()) -> Registry:
+        registry = cls(load_errors=load_errors)
         for hookimpl in pm.hook.nodus_register_environments.get_hookimpls():
             distribution = distribution_of(hookimpl.plugin_name)
 
@@ -107,9 +109,10 @@ class Registry:
         close = difflib.get_close_matches(wanted, names, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         installed = ", ".join(names) if names else "none"
+        broken = "".join(f"; note: {error}" for error in self.load_errors)
         return (
             f"no environment named {wanted!r} is installed; {hint}installed: {installed}; "
-            f"to add it: pip install {distribution_name(env_id.name)}"
+            f"to add it: pip install {distribution_name(env_id.name)}{broken}"
         )
 
 
@@ -129,8 +132,16 @@ def _spec_for(env_cls: Any, distribution: str) -> EnvironmentSpec:
 
 
 def get_registry(pm: pluggy.PluginManager | None = None) -> Registry:
-    """The registry of every installed environment (or of those registered with ``pm``)."""
-    return Registry.from_plugin_manager(pm if pm is not None else get_plugin_manager())
+    """The registry of every installed environment (or of those registered with ``pm``).
+
+    A plugin that fails to import is left out and kept in ``load_errors``: one broken distribution must not
+    stop the others from working (a grader worker loads every plugin to find one environment).
+    """
+    if pm is not None:
+        return Registry.from_plugin_manager(pm)
+    errors: list[PluginLoadError] = []
+    pm = get_plugin_manager(load_errors=errors)
+    return Registry.from_plugin_manager(pm, errors)
 
 
 def load_environment(

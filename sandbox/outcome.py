@@ -63,3 +63,5 @@ class PoolStats:
     retries: int = 0
     workers_started: int = 0
     workers_replaced: int = 0
+    # Jobs sent again uncharged because their worker was lost with several of its batch unanswered.
+    requeued_unanswered: int = 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import subprocess
@@ -19,9 +18,18 @@ from typing import Any, Literal, Protocol
 from .errors import UnsandboxedGradingWarning
 from .jail import build_worker_command, cgroup_v1_available, check_sandbox_available
 from .limits import SandboxLimits
-from .outcome import GRADED, GradeOutcome, PoolStats
-from .protocol import ProtocolError, read_frame, write_frame
-from .worker import JOB_CHILD_GRACE_S, Worker
+from .outcome import GRADED, INFRASTRUCTURE_FAILURE, GradeOutcome, PoolStats
+from .protocol import (
+    MAX_FRAME_BYTES,
+    ProtocolError,
+    batch_frame_size,
+    encode_batch_frame,
+    encode_json,
+    read_frame,
+    reply_bytes_bound,
+    write_all,
+)
+from .worker import JOB_CHILD_GRACE_S, REPLY_FLUSH_S, Worker
 
 log = logging.getLogger("nodus.sandbox")
 
@@ -72,14 +80,20 @@ class _WorkerProcess:
         lines = b"".join(self._stderr_tail).decode(errors="replace").splitlines()
         return " | ".join(line for line in lines if "no version information" not in line)[-2000:]
 
-    def send(self, jobs: Sequence[dict[str, Any]]) -> None:
-        write_frame(self._in_fd, {"jobs": list(jobs)})
+    def send(self, frame: bytes) -> None:
+        write_all(self._in_fd, frame)
 
-    def receive(self, deadline: float) -> dict[str, Any]:
-        reply = read_frame(self._out_fd, deadline, max_bytes=1024 * 1024)
-        if not isinstance(reply, dict) or reply.get("status") not in (GRADED, "infrastructure_failure"):
-            raise ProtocolError(f"garbled reply {str(reply)[:200]}")
-        return reply
+    def receive(self, deadline: float, max_replies: int, reply_bytes: int) -> list[dict[str, Any]]:
+        """The next frame of replies: 1..max_replies dicts, each graded or infrastructure_failure."""
+        frame = read_frame(self._out_fd, deadline, max_bytes=max_replies * reply_bytes + 64)
+        replies = frame.get("replies") if isinstance(frame, dict) else None
+        if (
+            not isinstance(replies, list)
+            or not 1 <= len(replies) <= max_replies
+            or not all(isinstance(r, dict) and r.get("status") in (GRADED, INFRASTRUCTURE_FAILURE) for r in replies)
+        ):
+            raise ProtocolError(f"garbled reply {str(frame)[:200]}")
+        return replies
 
     def close(self) -> None:
         try:
@@ -102,40 +116,123 @@ class _WorkerProcess:
                     stream.close()
 
 
-@dataclasses.dataclass
+class _Run:
+    """The jobs of one run_many call: where their outcomes go, and how many are still open.
+
+    ``chunk``: how many of its jobs a slot takes at once (None: split what is queued evenly between
+    the slots, down to single jobs -- for slow, uneven jobs such as programs).  ``cancelled``: the
+    call raised while submitting; its queued jobs are dropped.
+    """
+
+    def __init__(self, size: int, chunk: int | None) -> None:
+        self.results: list[GradeOutcome | None] = [None] * size
+        self.open = size
+        self.chunk = chunk
+        self.cancelled = False
+
+
+@dataclasses.dataclass(eq=False)
 class _Item:
+    run: _Run
     index: int
-    job: dict[str, Any]
+    encoded: bytes  # the job as JSON, encoded once when submitted
     attempts: int = 0
+    # Set after a worker died with this job among several unanswered ones: it is sent again in a
+    # batch whose replies are streamed one frame each, so a second death pins the job that ran.
+    stream: bool = False
 
 
 class _WorkQueue:
-    """Jobs waiting to be graded; retries go to the front.  take() returns [] once all are done."""
+    """Jobs waiting to be graded, shared by the pool's slot threads for the pool's lifetime.
 
-    def __init__(self, items: list[_Item]) -> None:
-        self._items = collections.deque(items)
-        self._unfinished = len(items)
+    Retries go to the front.  take() blocks until there is work and returns [] once the queue is
+    closed.  Each item is finished exactly once, with its outcome; wait() returns when a run's items
+    are all finished.
+    """
+
+    def __init__(self) -> None:
+        self._items: collections.deque[_Item] = collections.deque()
         self._cond = threading.Condition()
+        self._closed = False
+        self._idle = 0  # slot threads waiting in take()
+        self._handovers = 0  # submitters waiting in hand_over()
 
     def take(self, at_most: int, slots: int) -> list[_Item]:
         with self._cond:
-            while not self._items and self._unfinished:
-                self._cond.wait()
-            # Split what is left evenly so one slot does not take everything.
-            n = max(1, min(at_most, -(-len(self._items) // max(1, slots))))
-            return [self._items.popleft() for _ in range(min(n, len(self._items)))]
+            while not self._items and not self._closed:
+                self._idle += 1
+                try:
+                    self._cond.wait()
+                finally:
+                    self._idle -= 1
+            if self._closed:
+                return []
+            chunk = self._items[0].run.chunk
+            if chunk is None:  # split what is left evenly so one slot does not take everything
+                chunk = -(-len(self._items) // max(1, slots))
+            n = max(1, min(at_most, chunk, len(self._items)))
+            if self._handovers:
+                self._cond.notify_all()
+            return [self._items.popleft() for _ in range(n)]
 
-    def put_back(self, items: Sequence[_Item], front: bool = True) -> None:
+    def hand_over(self, items: Sequence[_Item]) -> None:
+        """Queue ``items`` at the back and, if a slot thread is idle, wait (briefly) until one took
+        them: the submitting thread would otherwise keep the GIL and encode every other job first."""
         with self._cond:
+            idle = self._idle
+        self.put(items, front=False)
+        if not idle or not items:
+            return
+        with self._cond:
+            self._handovers += 1
+            try:
+                self._cond.wait_for(lambda: self._closed or self._idle < idle, timeout=0.005)
+            finally:
+                self._handovers -= 1
+
+    def cancel(self, run: _Run) -> None:
+        """Drop the queued jobs of ``run`` (batches already sent finish, their outcomes unread)."""
+        with self._cond:
+            run.cancelled = True
+            self._items = collections.deque(item for item in self._items if not item.run.cancelled)
+
+    def put(self, items: Sequence[_Item], front: bool = True) -> None:
+        if not items:
+            return
+        with self._cond:
+            if self._closed:
+                for item in items:
+                    self._finish_locked(item, GradeOutcome.infrastructure("pool_closed", "pool closed", item.attempts))
+                return
             if front:
                 self._items.extendleft(reversed(items))
             else:
                 self._items.extend(items)
             self._cond.notify_all()
 
-    def finished(self) -> None:
+    def finish(self, item: _Item, outcome: GradeOutcome) -> None:
         with self._cond:
-            self._unfinished -= 1
+            self._finish_locked(item, outcome)
+
+    def _finish_locked(self, item: _Item, outcome: GradeOutcome) -> None:
+        if item.run.results[item.index] is None:
+            item.run.results[item.index] = outcome
+            item.run.open -= 1
+            if not item.run.open:
+                self._cond.notify_all()
+
+    def wait(self, run: _Run) -> None:
+        with self._cond:
+            while run.open:
+                self._cond.wait()
+
+    def close(self) -> None:
+        """Stop the slot threads; jobs still queued end as infrastructure failures ("pool_closed")."""
+        with self._cond:
+            self._closed = True
+            while self._items:
+                item = self._items.popleft()
+                self._finish_locked(item, GradeOutcome.infrastructure("pool_closed", "pool closed", item.attempts))
             self._cond.notify_all()
 
 
@@ -154,7 +251,7 @@ class GraderPool:
         mode: Literal["nsjail", "none"] = "nsjail",
         isolate_each_completion: bool = False,
         *,
-        batch_size: int = 16,
+        batch_size: int = 32,
         nsjail_path: str | os.PathLike[str] | None = None,
         extra_mounts: Sequence[str | os.PathLike[str]] = (),
         hidden_paths: Sequence[str | os.PathLike[str]] = (),
@@ -178,7 +275,9 @@ class GraderPool:
         self._slots: list[_WorkerProcess | None] = [None] * workers
         self._stats = PoolStats()
         self._stats_lock = threading.Lock()
-        self._run_lock = threading.Lock()
+        self._queue = _WorkQueue()
+        self._threads: list[threading.Thread] = []
+        self._threads_lock = threading.Lock()
         self._closed = False
 
     @classmethod
@@ -208,6 +307,12 @@ class GraderPool:
 
     def close(self) -> None:
         self._closed = True
+        self._queue.close()
+        with self._threads_lock:
+            threads, self._threads = self._threads, []
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join()  # a slot finishes the batch it is grading (bounded by the reply deadline)
         for i, worker in enumerate(self._slots):
             if worker is not None:
                 worker.close()
@@ -238,32 +343,61 @@ class GraderPool:
     def run_many(self, jobs: Sequence[dict[str, Any]]) -> list[GradeOutcome]:
         if self._closed:
             raise RuntimeError("GraderPool is closed")
-        for position, job in enumerate(jobs):
-            try:
-                json.dumps(job, allow_nan=False)
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"job {position} cannot be sent to a worker as JSON: {exc}") from exc
-        results: list[GradeOutcome | None] = [None] * len(jobs)
         if self.mode == "none":
+            for position, job in enumerate(jobs):
+                _encode_job(position, job)  # same up-front check as with a sandbox
+            results: list[GradeOutcome | None] = [None] * len(jobs)
             self._run_unsandboxed(jobs, results)
         else:
-            self.start()
-            with self._run_lock:
-                queue = _WorkQueue([_Item(i, dict(job)) for i, job in enumerate(jobs)])
-                threads = [
-                    threading.Thread(target=self._slot_loop, args=(slot, queue, results), daemon=True)
-                    for slot in range(min(self.workers, max(1, len(jobs))))
-                ]
-                for thread in threads:
-                    thread.start()
-                for thread in threads:
-                    thread.join()
+            run = self._submit(jobs)
+            self._queue.wait(run)
+            results = run.results
         final = [r if r is not None else GradeOutcome.infrastructure("lost", "no result", 0) for r in results]
         with self._stats_lock:
             self._stats.jobs += len(final)
             self._stats.graded += sum(1 for r in final if not r.is_infrastructure_failure)
             self._stats.infrastructure_failures += sum(1 for r in final if r.is_infrastructure_failure)
         return final
+
+    def _submit(self, jobs: Sequence[dict[str, Any]]) -> _Run:
+        """Encode the jobs and queue them chunk by chunk, so workers start on the first chunk while the
+        rest is encoded.  Encoding is the JSON check and the wire format at once (each job is encoded
+        once, also when retried).  A job that is not JSON raises ValueError and cancels the call."""
+        chunk = None if self.isolate_each_completion else max(1, min(self.batch_size, -(-len(jobs) // self.workers)))
+        run = _Run(len(jobs), chunk)
+        step = chunk or self.batch_size
+        pending: list[_Item] = []
+        started = False
+        try:
+            for i, job in enumerate(jobs):
+                pending.append(_Item(run, i, _encode_job(i, job)))
+                if len(pending) == step:
+                    if not started:
+                        self.start()
+                        self._start_slot_threads()
+                        started = True
+                    self._queue.hand_over(pending)
+                    pending = []
+        except BaseException:
+            self._queue.cancel(run)
+            raise
+        if not started:
+            self.start()
+            self._start_slot_threads()
+        self._queue.put(pending, front=False)
+        return run
+
+    def _start_slot_threads(self) -> None:
+        """One long-lived thread per worker slot (started once: a thread start per call costs ~0.1-1 ms)."""
+        with self._threads_lock:
+            if self._threads or self._closed:
+                return
+            self._threads = [
+                threading.Thread(target=self._slot_loop, args=(slot,), daemon=True, name=f"nodus-grader-slot-{slot}")
+                for slot in range(self.workers)
+            ]
+            for thread in self._threads:
+                thread.start()
 
     def _run_unsandboxed(self, jobs: Sequence[dict[str, Any]], results: list[GradeOutcome | None]) -> None:
         message = (
@@ -310,81 +444,126 @@ class GraderPool:
             with self._stats_lock:
                 self._stats.workers_replaced += 1
 
-    def _infrastructure_failure(
-        self, queue: _WorkQueue, results: list[GradeOutcome | None], item: _Item, reason: str, details: str
-    ) -> None:
+    def _infrastructure_failure(self, item: _Item, reason: str, details: str) -> None:
         item.attempts += 1
         if item.attempts < MAX_ATTEMPTS:
             log.warning("grading infrastructure failure (%s), retrying on a fresh worker: %s", reason, details[:300])
             self._count_infra_attempt(retry=True)
-            queue.put_back([item])
+            self._queue.put([item])
             return
         log.error("grading infrastructure failure (%s) after %d attempts: %s", reason, item.attempts, details[:300])
         self._count_infra_attempt(retry=False)
-        results[item.index] = GradeOutcome.infrastructure(reason, details, item.attempts)
-        queue.finished()
+        self._queue.finish(item, GradeOutcome.infrastructure(reason, details, item.attempts))
 
-    def _slot_loop(self, slot: int, queue: _WorkQueue, results: list[GradeOutcome | None]) -> None:
-        batch: list[_Item] = []
+    def _slot_loop(self, slot: int) -> None:
+        while batch := self._queue.take(self.batch_size, self.workers):
+            try:
+                self._serve_batch(slot, batch)
+            except BaseException as exc:  # noqa: BLE001 - a bug here must not leave run_many waiting
+                log.exception("grading slot %d failed", slot)
+                with contextlib.suppress(BaseException):
+                    self._replace_worker(slot)
+                for item in batch:  # finish() ignores the items this batch already answered
+                    self._queue.finish(item, GradeOutcome.infrastructure("pool_error", repr(exc), item.attempts + 1))
+
+    def _serve_batch(self, slot: int, batch: list[_Item]) -> None:
         try:
-            self._serve_slot(slot, queue, results)
-        except BaseException as exc:  # noqa: BLE001 - a bug here must not leave run_many waiting
-            log.exception("grading slot %d failed", slot)
+            worker = self._worker_for(slot)
+        except WorkerStartError as exc:
             self._replace_worker(slot)
-            while batch := queue.take(self.batch_size, 1):
-                for item in batch:
-                    results[item.index] = GradeOutcome.infrastructure("pool_error", repr(exc), item.attempts + 1)
-                    queue.finished()
+            self._queue.put(batch[1:])
+            self._infrastructure_failure(batch[0], "sandbox_start_failed", str(exc))
+            return
+        room = max(1, self.recycle_after - worker.jobs_done)  # never run past recycle_after on one worker
+        size = 0
+        for count, item in enumerate(batch):  # and keep the frame under MAX_FRAME_BYTES
+            size += len(item.encoded)
+            if count >= room or (count and batch_frame_size(size, count + 1) > MAX_FRAME_BYTES):
+                self._queue.put(batch[count:])
+                batch = batch[:count]
+                break
+        stream = any(item.stream for item in batch)
+        try:
+            worker.send(encode_batch_frame([item.encoded for item in batch], stream))
+        except OSError as exc:
+            self._replace_worker(slot)
+            self._queue.put(batch[1:])
+            self._infrastructure_failure(batch[0], "worker_died", f"sending failed: {exc}")
+            return
+        self._collect(slot, worker, batch, stream)
 
-    def _serve_slot(self, slot: int, queue: _WorkQueue, results: list[GradeOutcome | None]) -> None:
-        while batch := queue.take(self.batch_size, self.workers):
+    def _collect(self, slot: int, worker: _WorkerProcess, batch: list[_Item], stream: bool) -> None:
+        """Read the batch's replies.  Outcomes are handed out only after the worker was dealt with
+        (replaced after a fault), so when run_many returns, stats and worker_pids() are settled."""
+        # The worker sends a frame at the latest REPLY_FLUSH_S after the job that follows its last one.
+        budget = self.limits.wall_time_s + JOB_CHILD_GRACE_S + HOST_REPLY_SLACK_S + REPLY_FLUSH_S
+        reply_bytes = reply_bytes_bound(self.limits.max_details_chars)
+        graded: list[tuple[_Item, GradeOutcome]] = []
+        faults: list[tuple[_Item, str, str]] = []
+        answered = 0
+        lost: ProtocolError | None = None
+        retire = False
+        while answered < len(batch) and not retire:
             try:
-                worker = self._worker_for(slot)
-            except WorkerStartError as exc:
-                self._replace_worker(slot)
-                queue.put_back(batch[1:])
-                self._infrastructure_failure(queue, results, batch[0], "sandbox_start_failed", str(exc))
-                continue
-            room = max(1, self.recycle_after - worker.jobs_done)
-            if len(batch) > room:  # never run past recycle_after on one worker
-                queue.put_back(batch[room:])
-                batch = batch[:room]
-            try:
-                worker.send([item.job for item in batch])
-            except OSError as exc:
-                self._replace_worker(slot)
-                queue.put_back(batch[1:])
-                self._infrastructure_failure(queue, results, batch[0], "worker_died", f"sending failed: {exc}")
-                continue
-            self._collect(slot, worker, batch, queue, results)
-
-    def _collect(
-        self, slot: int, worker: _WorkerProcess, batch: list[_Item], queue: _WorkQueue,
-        results: list[GradeOutcome | None],
-    ) -> None:
-        budget = self.limits.wall_time_s + JOB_CHILD_GRACE_S + HOST_REPLY_SLACK_S
-        fault = False
-        for position, item in enumerate(batch):
-            try:
-                reply = worker.receive(time.monotonic() + budget)
+                replies = worker.receive(time.monotonic() + budget, len(batch) - answered, reply_bytes)
             except ProtocolError as exc:
-                reason = "worker_timeout" if "timed out" in str(exc) else (
-                    "garbled_reply" if "garbled" in str(exc) or "JSON" in str(exc) else "worker_died")
-                tail = worker.stderr_tail()
-                self._replace_worker(slot)
-                queue.put_back(batch[position + 1:])
-                self._infrastructure_failure(queue, results, item, reason, f"{exc}; nsjail said: {tail}")
-                return
-            worker.jobs_done += 1
-            if reply["status"] == GRADED:
-                results[item.index] = GradeOutcome.from_reply(reply, item.attempts + 1)
-                queue.finished()
-            else:
-                fault = True
-                self._infrastructure_failure(queue, results, item, str(reply.get("reason")), str(reply.get("details")))
-            if reply.get("retire"):
-                queue.put_back(batch[position + 1:])
-                self._replace_worker(slot)
-                return
-        if fault:
-            self._replace_worker(slot)  # recycle after any fault, so a retry never meets the same worker
+                lost = exc
+                break
+            for reply in replies:
+                item = batch[answered]
+                answered += 1
+                worker.jobs_done += 1
+                if reply["status"] == GRADED:
+                    graded.append((item, GradeOutcome.from_reply(reply, item.attempts + 1)))
+                else:
+                    faults.append((item, str(reply.get("reason")), str(reply.get("details"))))
+                if reply.get("retire"):
+                    retire = True  # the worker exits after this reply; the rest go back
+                    break
+        if lost is not None:
+            self._worker_lost(slot, worker, batch[answered:], stream, lost)
+        else:
+            if retire or faults:
+                self._replace_worker(slot)  # recycle after any fault, so a retry never meets the same worker
+            self._queue.put(batch[answered:])
+        for item, reason, details in faults:
+            self._infrastructure_failure(item, reason, details)
+        for item, outcome in graded:
+            self._queue.finish(item, outcome)
+
+    def _worker_lost(
+        self, slot: int, worker: _WorkerProcess, unanswered: list[_Item], stream: bool, exc: ProtocolError
+    ) -> None:
+        """The worker died, hung or garbled its channel with ``unanswered`` jobs of its batch left.
+
+        Answered jobs keep their outcomes.  When the culprit is certain -- one job left, or replies
+        were streamed one frame each -- that job is charged an attempt and the others go back
+        uncharged (as they always did).  Otherwise the worker may have finished some of them without
+        sending their replies yet, so none is charged: all go back to be sent again with streamed
+        replies, where a second failure pins the job that was running.
+        """
+        reason = "worker_timeout" if "timed out" in str(exc) else (
+            "garbled_reply" if "garbled" in str(exc) or "JSON" in str(exc) else "worker_died")
+        tail = worker.stderr_tail()
+        self._replace_worker(slot)
+        if stream or len(unanswered) == 1:
+            self._queue.put(unanswered[1:])
+            self._infrastructure_failure(unanswered[0], reason, f"{exc}; nsjail said: {tail}")
+            return
+        log.warning("grading worker lost (%s) with %d jobs unanswered, sending them again one reply per frame: %s",
+                    reason, len(unanswered), f"{exc}; nsjail said: {tail}"[:300])
+        with self._stats_lock:
+            self._stats.requeued_unanswered += len(unanswered)
+        for item in unanswered:
+            item.stream = True
+        self._queue.put(unanswered)
+
+
+def _encode_job(position: int, job: dict[str, Any]) -> bytes:
+    try:
+        encoded = encode_json(job)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"job {position} cannot be sent to a worker as JSON: {exc}") from exc
+    if batch_frame_size(len(encoded), 1) > MAX_FRAME_BYTES:
+        raise ValueError(f"job {position} is {len(encoded)} bytes as JSON, more than a frame holds ({MAX_FRAME_BYTES})")
+    return encoded

@@ -15,6 +15,7 @@ import os
 import select
 import struct
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 HEADER = struct.Struct(">I")
@@ -30,11 +31,66 @@ class FrameTimeout(ProtocolError):
     """No complete frame arrived before the deadline."""
 
 
-def encode_frame(message: Any) -> bytes:
-    body = json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
+def _make_fast_encoder() -> Callable[[Any, int], Sequence[str]] | None:
+    # json.dumps(..., separators=..., allow_nan=False) builds a JSONEncoder per call; the C encoder,
+    # made once, skips that (and the Python-level circular-reference bookkeeping: a circular
+    # structure ends in RecursionError instead).  Output is the same as json.dumps'.
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return None
+    encoder: Callable[[Any, int], Sequence[str]] = make(
+        None, _not_serializable, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, False
+    )
+    return encoder
+
+
+def _not_serializable(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+_fast_encoder = _make_fast_encoder()
+
+
+def encode_json(message: Any) -> bytes:
+    """Compact ASCII JSON; raises ValueError for NaN/infinities or circular data, TypeError for non-JSON types."""
+    if _fast_encoder is None:
+        return json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
+    try:
+        return "".join(_fast_encoder(message, 0)).encode()
+    except RecursionError as exc:
+        raise ValueError(f"too deeply nested or circular: {exc}") from exc
+
+
+def frame_from_body(body: bytes) -> bytes:
     if len(body) > MAX_FRAME_BYTES:
         raise ProtocolError(f"frame of {len(body)} bytes exceeds {MAX_FRAME_BYTES}")
     return HEADER.pack(len(body)) + body
+
+
+def encode_frame(message: Any) -> bytes:
+    return frame_from_body(encode_json(message))
+
+
+# A batch frame is {"stream":<bool>,"jobs":[<job>,...]}; the host encodes each job once (when it is
+# submitted) and splices the encoded jobs into the frame, so a retried job is never encoded again.
+_BATCH_OPEN = (b'{"stream":false,"jobs":[', b'{"stream":true,"jobs":[')
+BATCH_FRAME_OVERHEAD = HEADER.size + len(_BATCH_OPEN[1]) + 2
+
+
+def encode_batch_frame(encoded_jobs: list[bytes], stream: bool) -> bytes:
+    """The frame of ``{"stream": stream, "jobs": [...]}`` from jobs already encoded with encode_json."""
+    return frame_from_body(_BATCH_OPEN[stream] + b",".join(encoded_jobs) + b"]}")
+
+
+def batch_frame_size(encoded_sizes: int, count: int) -> int:
+    """Bytes of the batch frame of ``count`` jobs whose encodings add up to ``encoded_sizes`` bytes."""
+    return BATCH_FRAME_OVERHEAD + encoded_sizes + max(0, count - 1)
+
+
+def reply_bytes_bound(max_details_chars: int) -> int:
+    """Most bytes one reply of a worker can take in a frame (details <= max_details_chars plus a cut
+    note, or a traceback cut to 4000 chars; <= 6 bytes per char as JSON escapes) plus its fields."""
+    return 6 * (max(max_details_chars, 4000) + 64) + 1024
 
 
 def write_all(fd: int, data: bytes) -> None:

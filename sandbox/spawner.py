@@ -217,6 +217,11 @@ def zygote_pid() -> int | None:
     return _zygote_pid
 
 
+def zygote_fd() -> int | None:
+    """The worker's end of the zygote socket (it hangs up as soon as the zygote is gone)."""
+    return _zygote_sock.fileno() if _zygote_sock is not None else None
+
+
 _default_limits = ProgramLimits()
 
 

@@ -25,6 +25,7 @@ import ctypes
 import importlib
 import os
 import resource
+import select
 import shutil
 import signal
 import stat
@@ -48,6 +49,9 @@ from .protocol import (
 
 PROBE_OK = "nodus-sandbox-probe-ok"
 JOB_CHILD_GRACE_S = 1.0  # the job child gets this much beyond wall_time_s before it is killed
+# A worker sends the replies it holds at the latest this long after its previous frame (checked
+# after each job), so the host hears at least every REPLY_FLUSH_S + one job's time.
+REPLY_FLUSH_S = 0.02
 _PR_SET_DUMPABLE = 4
 _targets: dict[str, Callable[[dict[str, Any]], Any]] = {}
 
@@ -94,6 +98,13 @@ class Worker:
             spawner_limits["max_processes"] = self.limits["max_processes"]
         self.program_limits = spawner.ProgramLimits.from_dict(spawner_limits)
         spawner.set_default_limits(self.program_limits)
+        self._wall_time_s = float(self.limits["wall_time_s"])
+        self._max_details_chars = int(self.limits["max_details_chars"])
+        self._alarm_installed = False
+        self._in_job = False
+        self._timer_armed = False
+        self._job_deadline = 0.0
+        self._zygote_poll: select.poll | None = None
 
     # ----------------------------------------------------------------- one job
 
@@ -107,26 +118,55 @@ class Worker:
             return infrastructure("grader_error", traceback.format_exc())
         if self.isolate:
             return self._run_in_job_child(target, job["payload"])
-        return self._run_in_process(target, job["payload"])
+        try:
+            return self._run_in_process(target, job["payload"])
+        except JobTimeout:  # the alarm landed between the job's end and its bookkeeping
+            return graded(0.0, False, "timeout", f"grading exceeded {self.limits['wall_time_s']}s wall time")
 
     def _finish(self, result: Any) -> dict[str, Any]:
         try:
-            checked = validate_grader_result(result, self.limits["max_details_chars"])
+            checked = validate_grader_result(result, self._max_details_chars)
         except InvalidGraderResult as exc:
             return infrastructure("grader_error", f"invalid grader result: {exc}")
-        return graded(checked["score"], checked["passed"], checked["reason"], checked["details"])
+        checked["status"] = "graded"
+        return checked
+
+    def install_alarm(self) -> None:
+        """Install the SIGALRM handler once, for a worker that owns its process (serve()).
+
+        Arming a timer costs a few microseconds per syscall in a VM, as much as a cheap grader's
+        work, so the timer is not armed and disarmed per job.  Each job records its deadline; the
+        timer is armed when none is pending, to fire within one wall time.  When it fires, the
+        handler raises JobTimeout if the running job is past its deadline, re-arms the timer for
+        that job's deadline if the job started later, and does nothing between jobs.  Deadlines
+        only grow, so a pending timer never fires after the running job's deadline.
+        """
+        signal.signal(signal.SIGALRM, self._on_alarm)
+        self._alarm_installed = True
+
+    def _on_alarm(self, _signum: int, _frame: object) -> None:
+        self._timer_armed = False
+        if not self._in_job:
+            return
+        left = self._job_deadline - time.monotonic()
+        if left > 0:
+            signal.setitimer(signal.ITIMER_REAL, left)
+            self._timer_armed = True
+            return
+        raise JobTimeout()
 
     def _run_in_process(self, target: Callable[[dict[str, Any]], Any], payload: dict[str, Any]) -> dict[str, Any]:
-        def on_alarm(_signum: int, _frame: object) -> None:
-            raise JobTimeout()
-
         if not self.use_alarm:  # signals only reach the main thread (sandbox="none" from a thread)
             try:
                 return self._finish(target(payload))
             except BaseException:  # noqa: BLE001
                 return infrastructure("grader_error", traceback.format_exc())
-        previous = signal.signal(signal.SIGALRM, on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, float(self.limits["wall_time_s"]))
+        previous = None if self._alarm_installed else signal.signal(signal.SIGALRM, self._on_alarm)
+        self._job_deadline = time.monotonic() + self._wall_time_s
+        self._in_job = True
+        if not self._timer_armed or previous is not None:
+            self._timer_armed = True
+            signal.setitimer(signal.ITIMER_REAL, self._wall_time_s)
         try:
             return self._finish(target(payload))
         except JobTimeout:
@@ -134,8 +174,11 @@ class Worker:
         except BaseException:  # noqa: BLE001 - the grader raising is infrastructure, never a 0
             return infrastructure("grader_error", traceback.format_exc())
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
+            self._in_job = False
+            if previous is not None:  # a borrowed process (sandbox="none"): leave no timer, restore
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                self._timer_armed = False
+                signal.signal(signal.SIGALRM, previous)
 
     def _run_in_job_child(self, target: Callable[[dict[str, Any]], Any], payload: dict[str, Any]) -> dict[str, Any]:
         workdir = f"/tmp/job-{self.jobs_run}"
@@ -159,7 +202,7 @@ class Worker:
         finally:
             os.close(read_fd)
             self._kill_and_wait(pid)
-            self._clean_namespace()
+            self._clean_namespace(workdir)
         if "error" in message:
             return infrastructure("grader_error", str(message["error"]))
         return self._finish(message.get("result"))
@@ -182,7 +225,7 @@ class Worker:
             try:
                 message: dict[str, Any] = {"result": target(payload)}
                 # Validate and cut here, so a huge details string never crosses the pipe.
-                message["result"] = validate_grader_result(message["result"], self.limits["max_details_chars"])
+                message["result"] = validate_grader_result(message["result"], self._max_details_chars)
             except InvalidGraderResult as exc:
                 message = {"error": f"invalid grader result: {exc}"}
             except BaseException:  # noqa: BLE001
@@ -212,8 +255,15 @@ class Worker:
         code = os.waitstatus_to_exitcode(status) if status is not None else None
         return graded(0.0, False, "exited_without_result", f"job process exited ({code}) without a result")
 
-    def _clean_namespace(self) -> None:
-        """Kill every process but us and the zygote, reap, and empty /tmp."""
+    def _clean_namespace(self, workdir: str | None = None) -> None:
+        """Kill every process but us and the zygote, reap, and empty /tmp.
+
+        Every process is found by walking /proc (not /proc/*/children, which the kernel documents
+        as unreliable while processes fork and exit, as a double-forking completion can keep doing).
+        /tmp: when, with every job process gone, its only entry is the job's still-empty workdir, the
+        job wrote nothing, and removing that directory leaves /tmp empty; anything else, or any
+        doubt (a symlink, a permission changed), takes the full recursive cleanup.
+        """
         keep = {os.getpid(), self.zygote_pid}
         for _ in range(200):
             stray = [pid for pid in _live_pids() if pid not in keep]
@@ -225,7 +275,8 @@ class Worker:
             self._reap()
             time.sleep(0.001)
         self._reap()
-        _empty_directory("/tmp")
+        if workdir is None or not _remove_if_only_empty_dir("/tmp", workdir):
+            _empty_directory("/tmp")
 
     def _reap(self) -> None:
         while True:
@@ -242,6 +293,12 @@ class Worker:
         self._reap()
         if self.zygote_pid <= 0:
             return False
+        # A killed zygote closes its socket before its parent can reap it: check the hang-up too,
+        # or a job right after the one that killed it could meet a zygote that is dying.
+        if self._zygote_poll is not None and any(
+            events & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, events in self._zygote_poll.poll(0)
+        ):
+            return False
         try:
             os.kill(self.zygote_pid, 0)
         except OSError:
@@ -251,21 +308,43 @@ class Worker:
     # ----------------------------------------------------------------- serving
 
     def serve(self, proto_in: int, proto_out: int) -> None:
+        """Grade batches ``{"stream": bool, "jobs": [...]}``; answer with frames ``{"replies": [...]}``.
+
+        The replies of a batch, in job order, go back in as few frames as possible: one when the batch
+        is done, or earlier once REPLY_FLUSH_S have passed since the last frame (so the host sees
+        progress and can bound the wait for the next frame).  With ``stream`` every reply is its own
+        frame: the host asks for that after a worker died with several jobs unanswered, so that a
+        second death pins the job that was running.
+        """
         self.zygote_pid = spawner.install_zygote()
+        fd = spawner.zygote_fd()
+        if fd is not None:
+            self._zygote_poll = select.poll()
+            self._zygote_poll.register(fd, select.POLLHUP)
+        self.install_alarm()
         write_frame(proto_out, {"ready": True})
         while True:
             try:
                 batch = read_frame(proto_in)
             except ProtocolError:
                 return  # host closed the channel: exit, nsjail tears the namespace down
-            for job in batch.get("jobs", []):
+            jobs = batch.get("jobs", []) if isinstance(batch, dict) else []
+            stream = bool(batch.get("stream")) if isinstance(batch, dict) else True
+            pending: list[dict[str, Any]] = []
+            last_frame = time.monotonic()
+            for position, job in enumerate(jobs, 1):
                 reply = self.run_job(job)
-                if not self.zygote_alive():
+                retire = not self.zygote_alive()
+                if retire:
                     # A completion killed the zygote.  A new one forked from here would carry the
                     # payloads this worker has seen, so retire and let the host start a fresh worker.
                     reply["retire"] = True
-                write_frame(proto_out, reply)
-                if reply.get("retire"):
+                pending.append(reply)
+                if stream or retire or position == len(jobs) or time.monotonic() - last_frame >= REPLY_FLUSH_S:
+                    write_frame(proto_out, {"replies": pending})
+                    pending = []
+                    last_frame = time.monotonic()
+                if retire:
                     return
 
 
@@ -282,6 +361,22 @@ def _live_pids() -> list[int]:
         if state not in (b"Z", b"X"):  # zombies are reaped by their parent (or us), not killable
             pids.append(int(name))
     return pids
+
+
+def _remove_if_only_empty_dir(parent: str, directory: str) -> bool:
+    """Remove ``directory`` and return True if it is the only entry of ``parent`` and is empty."""
+    try:
+        with os.scandir(parent) as entries:
+            only = list(entries)
+        if len(only) != 1 or only[0].path != directory or not only[0].is_dir(follow_symlinks=False):
+            return False
+        with os.scandir(directory) as entries:
+            if next(entries, None) is not None:
+                return False
+        os.rmdir(directory)
+    except OSError:
+        return False
+    return True
 
 
 def _empty_directory(path: str) -> None:

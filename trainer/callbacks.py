@@ -8,22 +8,29 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
-
 from nodus.trainer.rewards import SandboxReward
 from nodus.trainer.rundir import RunDir
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 # Metrics TRL logs each step that we keep (TRL's names, as in its docs).
 KEPT_METRICS = ("reward", "reward_std", "frac_reward_zero_std", "loss", "num_tokens", "kl", "learning_rate")
 
 
 class CostMeter:
-    """Spend so far (training wall time x hourly rate) and the projection one step ahead."""
+    """Spend so far (wall time of the run, across resumes, x hourly rate) and the projection ahead.
 
-    def __init__(self, usd_per_hour: Decimal | None, cap: Decimal | None, spent_seconds: float = 0.0) -> None:
+    The whole run counts, not only optimizer steps: a rented GPU is billed while the model loads and evaluates.
+    """
+
+    def __init__(self, usd_per_hour: Decimal | None, cap: Decimal | None, previous_seconds: float = 0.0) -> None:
         self.usd_per_hour = usd_per_hour
         self.cap = cap
-        self.spent_seconds = spent_seconds
+        self.previous_seconds = previous_seconds
+        self._started = time.monotonic()
+
+    @property
+    def spent_seconds(self) -> float:
+        return self.previous_seconds + time.monotonic() - self._started
 
     def usd(self, seconds: float | None = None) -> Decimal | None:
         if self.usd_per_hour is None:
@@ -37,7 +44,7 @@ class CostMeter:
         return self.cap is not None and projected is not None and projected > self.cap
 
 
-class RunCallback(TrainerCallback):  # type: ignore[misc]
+class RunCallback(TrainerCallback):  # type: ignore[misc]  # transformers is untyped here
     def __init__(
         self,
         run: RunDir,
@@ -55,6 +62,9 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]
         self._step_seconds: list[float] = []
         # Before the first step is measured, the cap is checked against a reference step time (the price table's).
         self._reference_step_seconds = reference_step_seconds
+        # Stopping still costs a checkpoint and the adapter; measured at each save, guessed until the first.
+        self._save_seconds = 2.0
+        self._step_ended = time.monotonic()
 
     @property
     def step_seconds(self) -> float | None:
@@ -69,14 +79,15 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]
         self._step_started = time.monotonic()
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
-        seconds = time.monotonic() - self._step_started
-        self._step_seconds.append(seconds)
-        self.cost.spent_seconds += seconds
+        self._step_ended = time.monotonic()
+        self._step_seconds.append(self._step_ended - self._step_started)
+        self.run.save_spend(self.cost.spent_seconds)
         self._check_cap(control, state)
 
     def _check_cap(self, control: TrainerControl, state: TrainerState) -> None:
         step = self.step_seconds
-        if step is not None and self.cost.would_exceed(step) and state.global_step < state.max_steps:
+        wrap_up = 2 * self._save_seconds  # the checkpoint, then the adapter
+        if step is not None and self.cost.would_exceed(step + wrap_up) and state.global_step < state.max_steps:
             # Stop before the spend passes the cap, and keep what was learned: save a checkpoint now.
             self.stopped_by_cost_cap = True
             control.should_training_stop = True
@@ -106,22 +117,25 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]
         remaining = max(state.max_steps - state.global_step, 0) * step
         parts = [
             f"step {state.global_step}/{state.max_steps}",
-            f"reward {row.get('reward', float('nan')):.3f}",
-            f"zero-variance groups {row.get('frac_reward_zero_std', float('nan')):.2f}",
+            f"reward {format_number(row.get('reward'), '.3f')}",
+            f"zero-variance groups {format_number(row.get('frac_reward_zero_std'), '.2f')}",
             f"{step:.1f} s/step",
             f"ETA {format_duration(remaining)}",
         ]
+        if row["infrastructure_failures"]:
+            parts.append(f"infrastructure failures {row['infrastructure_failures']}")
         if self.cost.usd_per_hour is not None:
             parts.append(f"spent ${self.cost.usd()}")
         return "  ".join(parts)
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
         # Called after TRL wrote every file of the checkpoint: only now does it count as complete.
-        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        self._save_seconds = time.monotonic() - self._step_ended
+        checkpoint = Path(str(args.output_dir)) / f"checkpoint-{state.global_step}"
         if checkpoint.is_dir():
             self.run.mark_complete(
                 checkpoint,
-                {"step": state.global_step, "trainSeconds": self.cost.spent_seconds, "rewards": self.reward.state()},
+                {"step": state.global_step, "rewards": self.reward.state()},
             )
 
 
@@ -132,3 +146,8 @@ def format_duration(seconds: float) -> str:
     if seconds < 3600:
         return f"{seconds // 60}m{seconds % 60:02d}s"
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def format_number(value: Any, spec: str) -> str:
+    """A metric for the progress line; TRL logs None when every reward of a step was an infrastructure failure."""
+    return "n/a" if value is None else format(value, spec)

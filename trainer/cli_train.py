@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import click
-
 from nodus.core.errors import NodusError
-from nodus.trainer.spec import TrainingJob, load_job
+from nodus.trainer.spec import load_job
 
 # flag name -> (dotted camelCase path in the job document, click type)
 FIELD_FLAGS: dict[str, tuple[str, Any]] = {
@@ -45,8 +44,9 @@ class TrainingExtrasMissing(NodusError):
 
 def field_options(command: Any) -> Any:
     for flag, (path, kind) in reversed(FIELD_FLAGS.items()):
-        command = click.option(f"--{flag.replace('_', '-')}", flag, type=kind, default=None,
-                               help=f"Sets {path}.")(command)
+        command = click.option(f"--{flag.replace('_', '-')}", flag, type=kind, default=None, help=f"Sets {path}.")(
+            command
+        )
     return command
 
 
@@ -60,15 +60,28 @@ def parse_params(pairs: tuple[str, ...]) -> dict[str, Any]:
 @click.option("-f", "--file", "job_file", type=click.Path(path_type=Path), default=None, help="Job spec YAML.")
 @field_options
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="Environment parameter (repeatable).")
-@click.option("--output", type=click.Path(path_type=Path), default=None,
-              help="Run directory (default ./outputs/NAME). Re-running on it resumes.")
+@click.option(
+    "--output",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Run directory (default ./outputs/NAME). Re-running on it resumes.",
+)
 @click.option("--dry-run", is_flag=True, help="Print the plan, memory estimate, time and cost; train nothing.")
 @click.option("--gpu", "gpu", default=None, help="GPU for the cost projection and rate, e.g. h100, a100, 4090.")
 @click.option("--gpu-rate", "gpu_rate", default=None, metavar="USD_PER_HOUR", help="Hourly rate for the cost meter.")
 @click.option("--quiet", is_flag=True, help="No progress lines.")
 @click.option("--tensorboard", is_flag=True, help="Also log to TensorBoard (TRL's report_to) under the run dir.")
-def train(job_file: Path | None, params: tuple[str, ...], output: Path | None, dry_run: bool, gpu: str | None,
-          gpu_rate: str | None, quiet: bool, tensorboard: bool, **fields: Any) -> None:
+def train(
+    job_file: Path | None,
+    params: tuple[str, ...],
+    output: Path | None,
+    dry_run: bool,
+    gpu: str | None,
+    gpu_rate: str | None,
+    quiet: bool,
+    tensorboard: bool,
+    **fields: Any,
+) -> None:
     """Train a LoRA adapter with GRPO on an environment: baseline, training, final evaluation, results.json."""
     overrides = {FIELD_FLAGS[key][0]: value for key, value in fields.items() if value is not None}
     if params:
@@ -88,8 +101,9 @@ def train(job_file: Path | None, params: tuple[str, ...], output: Path | None, d
         raise TrainingExtrasMissing(
             f"grpo train needs the training extras ({error.name} is missing): pip install 'nodus[train]'"
         ) from None
-    options = RunOptions(output=run_dir, gpu=gpu, gpu_rate=rate, quiet=quiet,
-                         report_to=["tensorboard"] if tensorboard else [])
+    options = RunOptions(
+        output=run_dir, gpu=gpu, gpu_rate=rate, quiet=quiet, report_to=["tensorboard"] if tensorboard else []
+    )
     results = run_training(job, options)
     click.echo(f"results: {run_dir / 'results.json'} (status {results['status']})")
 
@@ -100,9 +114,9 @@ def parse_rate(text: str | None) -> Decimal | None:
     try:
         rate = Decimal(text)
     except InvalidOperation:
-        raise click.BadParameter(f"{text!r} is not a number of USD per hour, e.g. 2.60", param_hint="--gpu-rate") from None
+        raise click.BadParameter(
+            f"{text!r} is not a number of USD per hour, e.g. 2.60", param_hint="--gpu-rate"
+        ) from None
     if not rate.is_finite() or rate < 0:
         raise click.BadParameter(f"{text} must be 0 or more USD per hour", param_hint="--gpu-rate")
     return rate
-
-

@@ -6,10 +6,9 @@ import time
 from typing import Any
 
 import torch
-from pydantic import BaseModel
-
 from nodus.core.environment import Environment, Task
 from nodus.core.grading import Grader
+from pydantic import BaseModel
 
 
 class TaskScore(BaseModel):
@@ -43,7 +42,9 @@ def generate_greedy(
     texts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in messages]
     completions: list[str] = []
     for start in range(0, len(texts), batch_size):
-        batch = tokenizer(texts[start : start + batch_size], return_tensors="pt", padding=True, add_special_tokens=False)
+        batch = tokenizer(
+            texts[start : start + batch_size], return_tensors="pt", padding=True, add_special_tokens=False
+        )
         batch = batch.to(model.device)
         output = model.generate(
             **batch,

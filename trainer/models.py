@@ -275,7 +275,7 @@ def _nf4_kwargs(quantization: str, device: str | None) -> dict[str, Any]:
         raise QuantizationUnavailable("QLoRA needs a CUDA GPU (bitsandbytes NF4); on CPU use --method LoRA")
     from transformers import BitsAndBytesConfig
 
-    config = BitsAndBytesConfig(  # type: ignore[no-untyped-call]
+    config = BitsAndBytesConfig(
         load_in_4bit=True,
         bnb_4bit_quant_type="nf4",
         bnb_4bit_use_double_quant=True,

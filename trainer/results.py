@@ -19,7 +19,7 @@ def paired_comparison(baseline: Evaluation, final: Evaluation, resamples: int = 
     interval of the mean difference.
     """
     before, after = baseline.scores_by_id(), final.scores_by_id()
-    diffs = [after[i] - before[i] for i in before if before[i] is not None and after.get(i) is not None]  # type: ignore[operator]
+    diffs = [b - a for i, a in before.items() if a is not None and (b := after.get(i)) is not None]
     if not diffs:
         return {"pairs": 0, "meanDifference": None, "signTestP": None, "ci95": None, "improved": 0, "worsened": 0}
     improved = sum(d > 0 for d in diffs)
@@ -41,7 +41,7 @@ def sign_test_p(improved: int, worsened: int) -> float:
     if n == 0:
         return 1.0
     tail = sum(math.comb(n, k) for k in range(min(improved, worsened) + 1)) / 2**n
-    return min(1.0, 2 * tail)
+    return float(min(1.0, 2 * tail))
 
 
 def versions(env_distribution: str) -> dict[str, str | None]:
@@ -90,7 +90,9 @@ def plot_rewards(path: Path, metrics: list[dict[str, Any]], baseline: Evaluation
     figure, axes = plt.subplots(figsize=(7, 4))
     steps = [row["step"] for row in metrics if "reward" in row]
     axes.plot(steps, [row["reward"] for row in metrics if "reward" in row], marker=".", label="training reward (mean)")
-    axes.axhline(baseline.mean_score, color="gray", linestyle="--", label=f"held-out baseline {baseline.mean_score:.3f}")
+    axes.axhline(
+        baseline.mean_score, color="gray", linestyle="--", label=f"held-out baseline {baseline.mean_score:.3f}"
+    )
     if final is not None:
         axes.axhline(final.mean_score, color="green", linestyle="-", label=f"held-out final {final.mean_score:.3f}")
     axes.set_xlabel("training step")

@@ -16,7 +16,6 @@ from collections import Counter
 from typing import Any
 
 from datasets import Dataset
-
 from nodus.core.environment import Environment, Task
 from nodus.core.grading import Grader
 

@@ -13,13 +13,13 @@ import difflib
 import shutil
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import torch
-
 from nodus.core.environment import Environment, Task
 from nodus.core.errors import NodusError
 from nodus.core.grading import Grader
@@ -58,8 +58,18 @@ def hourly_rate(options: RunOptions) -> tuple[Decimal | None, float | None]:
     return rate, float(gpu.seconds_per_step) if gpu else None
 
 
+def quiet_libraries() -> None:
+    """Our progress line is the display: silence transformers' log dicts, progress bars and deprecation chatter."""
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\..*")
+
+
 def train(job: TrainingJob, options: RunOptions) -> dict[str, Any]:
     say = say_to_stderr(options.quiet)
+    quiet_libraries()
     spec = job.spec
     resolution = get_registry().resolve(spec.environment.name)
     if resolution.note:
@@ -74,28 +84,33 @@ def train(job: TrainingJob, options: RunOptions) -> dict[str, Any]:
             "or --gpu-rate USD_PER_HOUR"
         )
     check_method_fits_device(spec.parameters)
+    source = resolve_model(spec.model.uri)  # parses only: a malformed uri fails before anything is written
     run = RunDir(options.output)
     resuming = run.claim(job.canonical())
-    say(f"{'resuming' if resuming else 'starting'} {job.name} in {run.path}: {env.id_text()}, "
+    cost = CostMeter(rate, spec.max_cost_usd, previous_seconds=run.saved_spend())
+    say(
+        f"{'resuming' if resuming else 'starting'} {job.name} in {run.path}: {env.id_text()}, "
         f"{len(train_tasks)} train / {len(heldout)} held-out tasks, seed {spec.environment.seed}, "
-        f"model {spec.model.uri}, {spec.parameters.method} r={spec.parameters.lora.r}")
+        f"model {spec.model.uri}, {spec.parameters.method} r={spec.parameters.lora.r}"
+    )
     if run.results.exists() and read_json(run.results).get("status") in ("completed", "stopped_by_cost_cap"):
         say(f"this run is already finished; results in {run.results}")
         results: dict[str, Any] = read_json(run.results)
         return results
 
-    source = resolve_model(spec.model.uri)
-    quantization = "nf4" if spec.parameters.method == "QLoRA" else None
-    model, tokenizer = load_model_and_tokenizer(source, quantization=quantization)
+    model, tokenizer = load_model_and_tokenizer(
+        source, quantization="nf4" if spec.parameters.method == "QLoRA" else None
+    )
     with Grader(env, sandbox=spec.sandbox) as grader:
         baseline = baseline_evaluation(run, model, tokenizer, env, heldout, grader, spec.parameters, say)
         warn_if_no_signal(baseline, say)
         started = time.monotonic()
-        trainer, callback, reward = build_trainer(job, run, env, train_tasks, model, tokenizer, grader, rate,
-                                                  table_step_seconds, options, say)
+        trainer, callback, reward = build_trainer(
+            job, run, env, train_tasks, model, tokenizer, grader, cost, table_step_seconds, options, say
+        )
         checkpoint = run.latest_checkpoint()
         if checkpoint is not None:
-            restore_accounting(run, checkpoint, callback, reward, say)
+            restore_accounting(run, checkpoint, reward, say)
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
         save_trained_weights(trainer, tokenizer, run)
         status = "stopped_by_cost_cap" if callback.stopped_by_cost_cap else "completed"
@@ -104,12 +119,33 @@ def train(job: TrainingJob, options: RunOptions) -> dict[str, Any]:
             say("skipping the final evaluation: it would pass maxCostUSD")
         else:
             say(f"final evaluation on {len(heldout)} held-out tasks")
-            final = evaluate(trainer.model, tokenizer, env, heldout, grader,
-                             spec.parameters.max_completion_length, spec.parameters.eval_batch_size)
+            final = evaluate(
+                trainer.model,
+                tokenizer,
+                env,
+                heldout,
+                grader,
+                spec.parameters.max_completion_length,
+                spec.parameters.eval_batch_size,
+            )
             write_json_atomic(run.final, final.model_dump())
         wall = time.monotonic() - started
-    results = assemble_results(job, run, env, resolution.spec.distribution, source.display, heldout, baseline, final,
-                               reward, callback, status, wall, rate)
+        run.save_spend(cost.spent_seconds)
+    results = assemble_results(
+        job,
+        run,
+        env,
+        resolution.spec.distribution,
+        source.display,
+        heldout,
+        baseline,
+        final,
+        reward,
+        callback,
+        status,
+        wall,
+        rate,
+    )
     write_json_atomic(run.results, results)
     plot_rewards(run.plot, run.read_metrics(), baseline, final)
     say(summary_line(baseline, final, results))
@@ -124,18 +160,27 @@ def check_method_fits_device(parameters: Parameters) -> None:
 
 
 def baseline_evaluation(
-    run: RunDir, model: Any, tokenizer: Any, env: Environment, heldout: list[Task], grader: Grader,
-    parameters: Parameters, say: Any,
+    run: RunDir,
+    model: Any,
+    tokenizer: Any,
+    env: Environment,
+    heldout: list[Task],
+    grader: Grader,
+    parameters: Parameters,
+    say: Any,
 ) -> Evaluation:
     if run.baseline.exists():
         say("reusing the saved baseline evaluation")
         return Evaluation.model_validate(read_json(run.baseline))
     say(f"baseline evaluation on {len(heldout)} held-out tasks (greedy)")
-    baseline = evaluate(model, tokenizer, env, heldout, grader, parameters.max_completion_length,
-                        parameters.eval_batch_size)
+    baseline = evaluate(
+        model, tokenizer, env, heldout, grader, parameters.max_completion_length, parameters.eval_batch_size
+    )
     write_json_atomic(run.baseline, baseline.model_dump())
-    say(f"baseline: mean score {baseline.mean_score:.3f}, pass rate {baseline.pass_rate:.3f} "
-        f"({format_duration(baseline.seconds)})")
+    say(
+        f"baseline: mean score {baseline.mean_score:.3f}, pass rate {baseline.pass_rate:.3f} "
+        f"({format_duration(baseline.seconds)})"
+    )
     return baseline
 
 
@@ -143,19 +188,31 @@ def warn_if_no_signal(baseline: Evaluation, say: Any) -> None:
     scores = {t.score for t in baseline.tasks if t.score is not None}
     if len(scores) == 1:
         (score,) = scores
-        say(f"warning: every held-out baseline score is {score:g}: if training rewards look the same, every group "
+        say(
+            f"warning: every held-out baseline score is {score:g}: if training rewards look the same, every group "
             "reward is identical and GRPO will not learn; consider SFT on reference answers first, or "
-            f"{'harder' if score >= 1 else 'easier'} tasks (or partial credit)")
+            f"{'harder' if score >= 1 else 'easier'} tasks (or partial credit)"
+        )
 
 
 def build_trainer(
-    job: TrainingJob, run: RunDir, env: Environment, train_tasks: list[Task], model: Any, tokenizer: Any,
-    grader: Grader, rate: Decimal | None, table_step_seconds: float | None, options: RunOptions, say: Any,
+    job: TrainingJob,
+    run: RunDir,
+    env: Environment,
+    train_tasks: list[Task],
+    model: Any,
+    tokenizer: Any,
+    grader: Grader,
+    cost: CostMeter,
+    table_step_seconds: float | None,
+    options: RunOptions,
+    say: Any,
 ) -> tuple[Any, RunCallback, SandboxReward]:
+    from transformers import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
     reward = SandboxReward(grader)
-    callback = RunCallback(run, reward, CostMeter(rate, job.spec.max_cost_usd), say, table_step_seconds)
+    callback = RunCallback(run, reward, cost, say, table_step_seconds)
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=reward,
@@ -165,6 +222,7 @@ def build_trainer(
         peft_config=lora_config(job.spec.parameters),
         callbacks=[callback],
     )
+    trainer.remove_callback(PrinterCallback)  # it prints every log dict; RunCallback prints one line per step
     return trainer, callback, reward
 
 
@@ -221,10 +279,9 @@ def lora_config(parameters: Parameters) -> Any:
     )
 
 
-def restore_accounting(run: RunDir, checkpoint: Path, callback: RunCallback, reward: SandboxReward, say: Any) -> None:
-    """What our side keeps beyond TRL's checkpoint: spend so far and the reward tally; later metrics are replayed."""
+def restore_accounting(run: RunDir, checkpoint: Path, reward: SandboxReward, say: Any) -> None:
+    """What our side keeps beyond TRL's checkpoint: the reward tally; metrics after it are logged again."""
     state = run.checkpoint_state(checkpoint)
-    callback.cost.spent_seconds = float(state.get("trainSeconds", 0.0))
     reward.restore(state.get("rewards", {}))
     run.truncate_metrics(int(state["step"]))
     say(f"resuming from {checkpoint.name} (step {state['step']})")
@@ -241,9 +298,19 @@ def save_trained_weights(trainer: Any, tokenizer: Any, run: RunDir) -> None:
 
 
 def assemble_results(
-    job: TrainingJob, run: RunDir, env: Environment, distribution: str, model_display: str, heldout: list[Task],
-    baseline: Evaluation, final: Evaluation | None, reward: SandboxReward, callback: RunCallback, status: str,
-    wall_seconds: float, rate: Decimal | None,
+    job: TrainingJob,
+    run: RunDir,
+    env: Environment,
+    distribution: str,
+    model_display: str,
+    heldout: list[Task],
+    baseline: Evaluation,
+    final: Evaluation | None,
+    reward: SandboxReward,
+    callback: RunCallback,
+    status: str,
+    wall_seconds: float,
+    rate: Decimal | None,
 ) -> dict[str, Any]:
     metrics = run.read_metrics()
     tokens = next((row["num_tokens"] for row in reversed(metrics) if "num_tokens" in row), None)
@@ -272,8 +339,8 @@ def assemble_results(
         "difference": paired_comparison(baseline, final) if final else None,
         "training": {
             "steps": metrics[-1]["step"] if metrics else 0,
-            "trainSeconds": round(callback.cost.spent_seconds, 2),
             "wallSeconds": round(wall_seconds, 2),
+            "runSecondsAllAttempts": round(callback.cost.spent_seconds, 2),
             "tokens": tokens,
             "rewardPerStep": [{"step": row["step"], "reward": row.get("reward")} for row in metrics],
         },
@@ -290,9 +357,11 @@ def summary_line(baseline: Evaluation, final: Evaluation | None, results: dict[s
     if final is None:
         return f"done ({results['status']}): baseline {baseline.mean_score:.3f}, no final evaluation"
     diff = results["difference"]
-    return (f"done ({results['status']}): held-out mean score {baseline.mean_score:.3f} -> {final.mean_score:.3f} "
-            f"(pass rate {baseline.pass_rate:.3f} -> {final.pass_rate:.3f}; sign test p={diff['signTestP']:.3g}); "
-            f"{results['diagnostics']['rewardSignal']}")
+    return (
+        f"done ({results['status']}): held-out mean score {baseline.mean_score:.3f} -> {final.mean_score:.3f} "
+        f"(pass rate {baseline.pass_rate:.3f} -> {final.pass_rate:.3f}; sign test p={diff['signTestP']:.3g}); "
+        f"{results['diagnostics']['rewardSignal']}"
+    )
 
 
 class TrainingUnavailable(NodusError):

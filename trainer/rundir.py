@@ -4,6 +4,7 @@
     baseline.json      held-out evaluation before training (reused on resume: never graded twice)
     checkpoints/       TRL checkpoints; one counts only once it carries COMPLETE (written last, atomically)
     metrics.jsonl      one line per logged training step
+    spend.json         wall seconds spent on the run so far, across resumes (the cost meter's record)
     final.json         held-out evaluation after training
     adapter/           the trained adapter (or model, for method Full)
     results.json       the summary; reward.png its plot
@@ -56,6 +57,7 @@ class RunDir:
         self.plot = path / "reward.png"
         self.adapter = path / "adapter"
         self.checkpoints = path / "checkpoints"
+        self.spend = path / "spend.json"
 
     def claim(self, canonical_job: dict[str, Any]) -> bool:
         """Start a run here, or continue the one already here; True when continuing.
@@ -98,6 +100,13 @@ class RunDir:
     def checkpoint_state(self, checkpoint: Path) -> dict[str, Any]:
         state: dict[str, Any] = read_json(checkpoint / COMPLETE_MARKER)
         return state
+
+    def saved_spend(self) -> float:
+        """Wall seconds spent on this run by earlier processes (kept across kills, updated every step)."""
+        return float(read_json(self.spend)["seconds"]) if self.spend.exists() else 0.0
+
+    def save_spend(self, seconds: float) -> None:
+        write_json_atomic(self.spend, {"seconds": round(seconds, 3)})
 
     def read_metrics(self) -> list[dict[str, Any]]:
         if not self.metrics.exists():

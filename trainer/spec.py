@@ -10,16 +10,15 @@ import difflib
 import math
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-
 from nodus.core.environment import DEFAULT_HELD_OUT_TASKS, DEFAULT_TRAIN_TASKS
 from nodus.core.errors import NodusError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-API_VERSION = "nodus.dev/v1beta1"
-RUNTIME = "nodus/grpo-lora"
+API_VERSION: Final = "nodus.dev/v1beta1"
+RUNTIME: Final = "nodus/grpo-lora"
 DEFAULT_MODEL = "default"
 
 
@@ -170,7 +169,9 @@ def load_job(path: Path | None, overrides: dict[str, Any]) -> TrainingJob:
             _set_path(document, dotted.split("."), value)
     document.setdefault("spec", {})
     if "environment" not in document["spec"]:
-        raise InvalidJobSpec("no environment given: pass --env ID (e.g. --env graph-coloring@1) or set spec.environment.name")
+        raise InvalidJobSpec(
+            "no environment given: pass --env ID (e.g. --env graph-coloring@1) or set spec.environment.name"
+        )
     try:
         return TrainingJob.model_validate(document)
     except ValidationError as error:

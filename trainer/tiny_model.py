@@ -88,7 +88,7 @@ def build_tiny_tokenizer() -> Any:
         show_progress=False,
     )
     tokenizer.train_from_iterator([TRAINING_CORPUS] * CORPUS_REPEATS, trainer=trainer)
-    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+    return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
         bos_token=BOS_TOKEN,
         eos_token=EOS_TOKEN,

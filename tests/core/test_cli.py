@@ -54,14 +54,20 @@ def test_unversioned_id_notes_the_version_chosen() -> None:
     assert "Vertices: 0, 1, 2" in result.stdout
 
 
+def test_unknown_name_suggests_the_closest_and_the_pip_line() -> None:
+    result = grpo("tasks", "--env", "graph-colorin@1", "--split", "heldout")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    line = result.stderr.strip()
+    assert line.startswith(
+        "grpo: error: no environment named 'graph-colorin' is installed; did you mean 'graph-coloring'? "
+        "installed: graph-coloring, "
+    )
+    assert line.endswith("; to add it: pip install nodus-env-graph-colorin")
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (
-            ("tasks", "--env", "graph-colorin@1", "--split", "heldout"),
-            "grpo: error: no environment named 'graph-colorin' is installed; did you mean 'graph-coloring'? "
-            "installed: graph-coloring; to add it: pip install nodus-env-graph-colorin",
-        ),
         (
             ("tasks", "--env", "graph-coloring@3", "--split", "heldout"),
             "grpo: error: graph-coloring has no version 3; installed: graph-coloring@1; "

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from nodus.core.errors import DuplicateEnvironment, PluginLoadError, UnknownEnvironment, UnknownVersion
 from nodus.core.plugins import get_plugin_manager
-from nodus.core.registry import Registry
+from nodus.core.registry import Registry, get_registry
 
 from tests.conftest import EchoNumber, plugin_module
 
@@ -82,3 +82,22 @@ def test_plugin_import_error_is_wrapped_with_its_distribution(tmp_path: Path, mo
         "numpyy); reinstall it or remove it with 'pip uninstall nodus-env-broken'"
     )
     sys.modules.pop("nodus_env_broken", None)
+
+
+def test_a_broken_plugin_does_not_hide_the_others(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "nodus_env_broken2.py").write_text("raise ImportError('boom')\n")
+    dist_info = tmp_path / "nodus_env_broken2-0.1.0.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: nodus-env-broken2\nVersion: 0.1.0\n")
+    (dist_info / "entry_points.txt").write_text("[nodus]\nbroken2 = nodus_env_broken2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("NODUS_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    registry = get_registry()
+    assert registry.resolve("graph-coloring@1").spec.env_id.name == "graph-coloring"
+    with pytest.raises(UnknownEnvironment) as error:
+        registry.resolve("broken2@1")
+    assert str(error.value).endswith(
+        "to add it: pip install nodus-env-broken2; note: plugin 'broken2' from distribution nodus-env-broken2 "
+        "failed to import (ImportError: boom); reinstall it or remove it with 'pip uninstall nodus-env-broken2'"
+    )
+    sys.modules.pop("nodus_env_broken2", None)

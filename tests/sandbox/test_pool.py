@@ -177,3 +177,102 @@ def test_result_validation_rejects_nan() -> None:
 def test_result_validation_cuts_details() -> None:
     checked = validate_grader_result({"score": 1, "passed": True, "details": "x" * 100}, max_details_chars=10)
     assert checked == {"score": 1.0, "passed": True, "reason": "passed", "details": "xxxxxxxxxx... [cut, 100 chars]"}
+
+
+# ---------------------------------------------------------------- batches: one frame out, few frames back
+
+
+def sleep_job(seconds: float) -> dict[str, object]:
+    return {"target": "nodus.sandbox.demo_targets:sleep", "payload": {"seconds": seconds}}
+
+
+def test_worker_killed_mid_batch_keeps_answered_and_retries_the_rest() -> None:
+    # Job 0 takes longer than REPLY_FLUSH_S, so its reply is sent before job 1 runs; job 1's reply
+    # is still held by the worker when it is killed during job 2.
+    jobs = [sleep_job(0.1), score_job(1, 1), sleep_job(2.0), score_job(3, 3)]
+    with GraderPool(SandboxLimits(wall_time_s=5), workers=1) as solo:
+        solo.run(score_job(0, 0))
+        victim = solo.worker_pids()[0]
+        results: list[GradeOutcome] = []
+        runner = threading.Thread(target=lambda: results.extend(solo.run_many(jobs)))
+        runner.start()
+        time.sleep(0.8)
+        os.kill(victim, signal.SIGKILL)
+        runner.join(timeout=30)
+        assert [(o.status, o.passed) for o in results] == [("graded", True)] * 4
+        # Answered before the kill: kept.  Unanswered: sent again, uncharged, since the worker may
+        # have finished some of them without having sent their replies yet.
+        assert [o.attempts for o in results] == [1, 1, 1, 1]
+        stats = solo.stats
+        assert (stats.requeued_unanswered, stats.infrastructure_attempts, stats.infrastructure_failures) == (3, 0, 0)
+        assert victim not in solo.worker_pids() and stats.workers_replaced == 1
+
+
+def test_job_that_kills_its_worker_in_a_batch_fails_alone() -> None:
+    killer = {"target": "nodus.sandbox.demo_targets:exec_in_process", "payload": {"code": "import os; os._exit(3)"}}
+    with GraderPool(SandboxLimits(wall_time_s=5), workers=1) as solo:
+        outcomes = solo.run_many([score_job(1, 1), killer, score_job(2, 2), score_job(3, 4)])
+        assert [(o.status, o.passed) for o in outcomes[::2]] == [("graded", True), ("graded", True)]
+        assert (outcomes[3].status, outcomes[3].passed) == ("graded", False)
+        dead = outcomes[1]
+        assert dead.is_infrastructure_failure and dead.score is None
+        assert (dead.reason, dead.attempts) == ("worker_died", 3)
+        stats = solo.stats
+        # First death: 4 unanswered, culprit unknown -> all sent again with streamed replies, then
+        # each death pins the killer: 3 charged attempts.
+        assert (stats.requeued_unanswered, stats.infrastructure_attempts, stats.retries) == (4, 3, 2)
+        assert stats.infrastructure_failures == 1 and stats.workers_replaced == 4
+        assert solo.run(score_job(5, 5)).passed
+
+
+def test_each_in_process_job_gets_its_own_wall_time() -> None:
+    # The worker arms its timer once and re-arms it for the running job's deadline: three jobs of
+    # 0.3 s in a row with a 0.5 s limit all finish; a fourth that sleeps too long is a timeout.
+    with GraderPool(SandboxLimits(wall_time_s=0.5), workers=1) as quick:
+        outcomes = quick.run_many([sleep_job(0.3), sleep_job(0.3), sleep_job(0.3), sleep_job(3), score_job(1, 1)])
+        assert [o.reason for o in outcomes] == ["passed", "passed", "passed", "timeout", "passed"]
+        assert quick.stats.infrastructure_attempts == 0
+
+
+def test_refused_job_cancels_the_call_and_the_pool_stays_usable(pool: GraderPool) -> None:
+    jobs = [score_job(i, i) for i in range(40)] + [score_job(object(), 1)]
+    with pytest.raises(ValueError, match="job 40 cannot be sent to a worker as JSON"):
+        pool.run_many(jobs)
+    outcomes = pool.run_many([score_job(i, 2) for i in range(5)])
+    assert [o.passed for o in outcomes] == [i == 2 for i in range(5)]
+
+
+def test_many_jobs_from_concurrent_callers(pool: GraderPool) -> None:
+    results: dict[int, list[GradeOutcome]] = {}
+
+    def call(n: int) -> None:
+        results[n] = pool.run_many([score_job(i % 7, n % 7) for i in range(50 + n)])
+
+    callers = [threading.Thread(target=call, args=(n,)) for n in range(3)]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join(timeout=60)
+    for n in range(3):
+        assert [o.passed for o in results[n]] == [i % 7 == n % 7 for i in range(50 + n)]
+
+
+def test_encode_json_matches_json_dumps_and_refuses_what_json_refuses() -> None:
+    import json
+
+    from nodus.sandbox.protocol import encode_batch_frame, encode_json
+
+    value = {"a": [1, 2.5, None, True, "é\n\"x\""], "b": {"c": []}, "d": -0.0, "e": 10**30}
+    assert encode_json(value) == json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+    for bad in (float("nan"), float("inf"), {"x": {1, 2}}, b"bytes"):
+        with pytest.raises((TypeError, ValueError)):
+            encode_json(bad)
+    circular: list[object] = []
+    circular.append(circular)
+    with pytest.raises(ValueError):
+        encode_json(circular)
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, encode_batch_frame([encode_json({"n": 1}), encode_json({"n": 2})], stream=True))
+    assert read_frame(read_fd, time.monotonic() + 1) == {"stream": True, "jobs": [{"n": 1}, {"n": 2}]}
+    os.close(read_fd)
+    os.close(write_fd)

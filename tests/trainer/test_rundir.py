@@ -2,7 +2,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from nodus.trainer.rundir import COMPLETE_MARKER, RunDir, RunDirectoryConflict
 from nodus.trainer.spec import load_job
 

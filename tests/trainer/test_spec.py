@@ -3,7 +3,6 @@
 from pathlib import Path
 
 import pytest
-
 from nodus.trainer.spec import InvalidJobSpec, load_job
 
 ISSUE_EXAMPLE = """\

@@ -72,6 +72,24 @@ class GraphColoring(Environment):
         coloring = {str(v): color for v, color in enumerate(task.data["planted"])}
         return f"<answer>{json.dumps(coloring)}</answer>"
 
+    def mutations(self, task: Task) -> list[str]:
+        """Near-misses of the reference that must score below 1 (used by the conformance kit)."""
+        planted = task.data["planted"]
+        n, k = task.data["num_vertices"], task.data["num_colors"]
+
+        def tagged(coloring: dict[str, Any]) -> str:
+            return f"<answer>{json.dumps(coloring)}</answer>"
+
+        base = {str(v): color for v, color in enumerate(planted)}
+        wrong: list[str] = []
+        if task.data["edges"]:  # give one endpoint of the first edge its neighbour's color
+            u, v = task.data["edges"][0]
+            wrong.append(tagged({**base, str(v): planted[u]}))
+        wrong.append(tagged({**base, "0": k + 1}))  # a color out of range
+        wrong.append(tagged({key: color for key, color in base.items() if key != str(n - 1)}))  # a missing vertex
+        wrong.append(self.reference(task)[:-len("</answer>")] + ",</answer>")  # broken JSON
+        return wrong
+
     def grade(self, task: Task, completion: str) -> Grade:
         data = task.data
         coloring, problem = parse_coloring(completion, data["num_vertices"], data["num_colors"])
@@ -88,8 +106,12 @@ class GraphColoring(Environment):
             if len(conflicts) > 1:
                 problem += f" ({len(conflicts)} conflicting edges)"
         score = 0.0
-        if self.params.partial_credit and edges:
-            score = 1.0 - len(unsatisfied) / len(edges)
+        if self.params.partial_credit:
+            # Every vertex with a valid color and every edge joining two colors is one unit of credit; counting
+            # vertices too keeps an answer with a bad vertex below 1 even when that vertex has no edges.
+            n = data["num_vertices"]
+            satisfied = len(edges) - len(unsatisfied) + len(coloring)
+            score = min(satisfied / (len(edges) + n), 1.0 - 1.0 / (len(edges) + n))
         return Grade(score=score, passed=False, details=problem)
 
 

@@ -101,8 +101,15 @@ def test_partial_credit_scores_the_fraction_of_satisfied_edges() -> None:
     assert task == TASKS[0]  # a grading-only parameter keeps the tasks
     u, v = task.data["edges"][0]
     answer = answer_for(task, **{str(v): task.data["planted"][u]})
-    conflicts = sum(1 for a, b in task.data["edges"] if answer[str(a)] == answer[str(b)])
+    edges = task.data["edges"]
+    conflicts = sum(1 for a, b in edges if answer[str(a)] == answer[str(b)])
     grade = env.grade(task, f"<answer>{json.dumps(answer)}</answer>")
     assert not grade.passed
-    assert grade.score == pytest.approx(1 - conflicts / len(task.data["edges"]))
+    assert grade.score == pytest.approx((len(edges) - conflicts + 10) / (len(edges) + 10))
     assert env.grade(task, "nothing").score == 0.0
+    # A color out of range on a vertex no edge touches still keeps the score below 1.
+    isolated = GraphColoring({"partial_credit": True, "num_vertices": 6, "edge_probability": 0.05})
+    lonely_task = next(t for t in isolated.tasks("heldout", 1, 16) if len({v for e in t.data["edges"] for v in e}) < 6)
+    lonely = next(v for v in range(6) if all(v not in e for e in lonely_task.data["edges"]))
+    bad = {str(v): c for v, c in enumerate(lonely_task.data["planted"])} | {str(lonely): 9}
+    assert isolated.grade(lonely_task, f"<answer>{json.dumps(bad)}</answer>").score < 1.0

@@ -1,0 +1,115 @@
+import hashlib
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+from nodus.core.errors import InvalidParameters, NodusError
+from nodus_env_json_schema import JsonSchema
+from nodus_env_json_schema.datafile import DataFileError
+
+# sha256 of the first 8 tasks of each split for seed 42 with default parameters. If this fails, what
+# json-schema@1 generates has changed: put the new behaviour in json-schema@2 and restore @1.
+GOLDEN = {
+    "train": "0e87e1e2a2202152378599c35430c5648716df7c20de8253f540424c130c0490",
+    "heldout": "890bfbcd4f1a6d7112043b616e1b5dd6c5840c823c32cd9bedc250cd4c4a9d2a",
+}
+
+
+def digest(env: JsonSchema, split: str) -> str:
+    tasks = [[t.id, env.prompt_text(t), t.data] for t in env.tasks(split, 42, 8)]  # type: ignore[arg-type]
+    return hashlib.sha256(json.dumps(tasks, sort_keys=True).encode()).hexdigest()
+
+
+@pytest.mark.parametrize("split", ["train", "heldout"])
+def test_golden_tasks_for_seed_42(split: str) -> None:
+    assert digest(JsonSchema(), split) == GOLDEN[split]
+
+
+def keywords(schema: object) -> set[str]:
+    if isinstance(schema, dict):
+        return set(schema) | {k for value in schema.values() for k in keywords(value)}
+    if isinstance(schema, list):
+        return {k for value in schema for k in keywords(value)}
+    return set()
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_generated_schemas_are_valid_and_their_references_satisfy_them(depth: int) -> None:
+    env = JsonSchema({"depth": depth, "fixed_values": 3})
+    tasks = env.tasks("train", 3, 200) + env.tasks("heldout", 3, 64)
+    used: set[str] = set()
+    for task in tasks:
+        schema = task.data["schema"]
+        jsonschema.Draft202012Validator.check_schema(schema)
+        jsonschema.Draft202012Validator(schema).validate(task.data["reference"])
+        used |= keywords(schema)
+    assert sum(bool(task.data["expected"]) for task in tasks) > 0.9 * len(tasks)  # few have no scalar to fix
+    assert {"required", "enum", "pattern", "minimum", "maximum", "minItems", "maxItems", "items"} <= used
+
+
+def test_the_request_states_every_fixed_value() -> None:
+    for task in JsonSchema({"fixed_values": 4}).tasks("heldout", 1, 20):
+        for pointer, value in task.data["expected"].items():
+            assert f"{pointer[1:].replace('/', '.')} must be {json.dumps(value)}" in task.data["request"]
+
+
+def test_bounds_are_enforced() -> None:
+    with pytest.raises(InvalidParameters, match="depth=4"):
+        JsonSchema({"depth": 4})
+
+
+def write_jsonl(path: Path, records: list[object]) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(path)
+
+
+PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0}},
+          "required": ["name", "age"]}
+RECORDS = [{"prompt": f"A person called P{n}.", "schema": PERSON, "expected": {"/name": f"P{n}"}} for n in range(120)]
+
+
+def test_a_task_file_loads_with_synthesised_references(tmp_path: Path) -> None:
+    env = JsonSchema({"data": write_jsonl(tmp_path / "t.jsonl", RECORDS)})
+    task = env.tasks("train", 0, 1)[0]
+    assert task.data["reference"] == {"name": task.data["expected"]["/name"], "age": 0}
+    assert env.grade(task, env.reference(task)).passed
+
+
+def test_reordering_the_file_changes_nothing_and_editing_it_changes_the_draws(tmp_path: Path) -> None:
+    original = JsonSchema({"data": write_jsonl(tmp_path / "a.jsonl", RECORDS)})
+    reordered = JsonSchema({"data": write_jsonl(tmp_path / "b.jsonl", RECORDS[::-1])})
+    edited = JsonSchema({"data": write_jsonl(tmp_path / "c.jsonl", RECORDS[1:])})
+    first = [t.data for t in original.tasks("train", 5, 10)]
+    assert first == [t.data for t in reordered.tasks("train", 5, 10)]
+    assert first != [t.data for t in edited.tasks("train", 5, 10)]
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        ({"prompt": "p", "schema": {"type": "strnig"}}, r"t.jsonl:2: the schema is invalid \('strnig' is not valid"),
+        ({"prompt": "p", "schema": {"minimum": "0"}}, r"t.jsonl:2: the schema is invalid"),
+        ({"prompt": "p"}, r"t.jsonl:2: needs a string 'prompt' and an object 'schema'"),
+        ({"prompt": "p", "schema": PERSON, "expected": {"name": "x"}}, r"t.jsonl:2: 'expected' must map JSON Pointers"),
+        ({"prompt": "p", "schema": PERSON, "reference": {"name": 1}}, r"t.jsonl:2: the reference answer is not valid"),
+        ({"prompt": "p", "schema": {"type": "string", "pattern": "^a$"}}, r"t.jsonl:2: cannot build a valid answer"),
+        ({"prompt": "p", "schema": PERSON, "extra": 1}, r"t.jsonl:2: unknown field 'extra'"),
+    ],
+)
+def test_a_bad_task_is_the_authors_one_line_error_at_load_time(tmp_path: Path, record: object, message: str) -> None:
+    env = JsonSchema({"data": write_jsonl(tmp_path / "t.jsonl", [RECORDS[0], record])})
+    with pytest.raises(DataFileError, match=message) as raised:
+        env.tasks("train", 0, 1)
+    assert isinstance(raised.value, NodusError) and "\n" not in str(raised.value)
+
+
+def test_the_schemas_own_dialect_is_used(tmp_path: Path) -> None:
+    # In draft-04 exclusiveMaximum is a boolean; in 2020-12 that schema would be invalid.
+    draft4 = {"$schema": "http://json-schema.org/draft-04/schema#", "type": "object",
+              "properties": {"n": {"type": "integer", "maximum": 5, "exclusiveMaximum": True}}, "required": ["n"]}
+    records = [{"prompt": f"Pick n ({i}).", "schema": draft4, "reference": {"n": 3}} for i in range(20)]
+    env = JsonSchema({"data": write_jsonl(tmp_path / "t.jsonl", records)})
+    task = env.tasks("train", 0, 1)[0]
+    assert env.grade(task, '```json\n{"n": 4}\n```').passed
+    assert "5 is greater than or equal to the maximum of 5" in env.grade(task, '{"n": 5}').details

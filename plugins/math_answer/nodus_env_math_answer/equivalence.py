@@ -1,0 +1,101 @@
+"""Mathematical equivalence with math-verify, under a time limit that respects the sandbox's own.
+
+math-verify's built-in timeouts call ``signal.alarm`` and then ``signal.alarm(0)``: that would cancel the
+sandbox worker's ``ITIMER_REAL`` wall-time guard of the whole job (setitimer and alarm share one timer). So we
+turn them off and use :func:`time_limit`, which runs a shorter timer and then restores what is left of the
+outer one (firing it at once if it would have expired meanwhile).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+# Our own guard replaces math-verify's; silence its one-time "timeout is disabled" warning.
+logging.getLogger("math_verify").setLevel(logging.ERROR)
+
+PARSE_TIME_LIMIT_S = 3.0
+
+
+class ParseTimeout(BaseException):
+    """Raised by the timer; a BaseException so no ``except Exception`` inside sympy swallows it."""
+
+
+@contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals reach only the main thread; the sandbox's wall-time limit still bounds the job
+        return
+
+    def on_alarm(_signum: int, _frame: object) -> None:
+        raise ParseTimeout()
+
+    outer_left, outer_interval = signal.getitimer(signal.ITIMER_REAL)
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    started = time.monotonic()
+    signal.setitimer(signal.ITIMER_REAL, seconds if not outer_left else min(seconds, outer_left))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if outer_left:
+            signal.setitimer(signal.ITIMER_REAL, max(outer_left - (time.monotonic() - started), 1e-6), outer_interval)
+
+
+def _parse(text: str) -> list[Any]:
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
+
+    configs = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
+    normalized = text.replace("\u2212", "-").replace("\\$", "").strip()
+    if normalized.startswith("$") and normalized.count("$") == 1:
+        normalized = normalized[1:]  # "$12.50": a currency sign, not LaTeX math
+    # Bare LaTeX (\frac{\pi}{2}+1, (1,2), 50\%) is only found inside math delimiters; numbers either way.
+    for candidate in (f"${normalized}$", normalized):
+        parsed: list[Any] = parse(candidate, extraction_config=configs, parsing_timeout=None)
+        if parsed:
+            return parsed
+    return []
+
+
+def _verify(gold: list[Any], answer: list[Any]) -> bool:
+    from math_verify import verify
+
+    return bool(verify(gold, answer, timeout_seconds=None))
+
+
+def equivalent(gold: str, answer: str, seconds: float = PARSE_TIME_LIMIT_S) -> tuple[bool | None, str]:
+    """(True/False, why) when decided; (None, why) when ``answer`` cannot be read as math or time ran out."""
+    return _bounded(lambda: _decide(gold, answer), seconds)
+
+
+def _decide(gold: str, answer: str) -> tuple[bool | None, str]:
+    parsed_gold = _parse(gold)
+    if not parsed_gold:  # e.g. \text{Monday} in a MATH file: compare the written answers
+        same = _plain(gold) == _plain(answer)
+        return same, f"{answer[:60]!r} {'matches' if same else 'does not match'} the expected answer as text"
+    parsed_answer = _parse(answer)
+    if not parsed_answer:
+        return None, f"the answer {answer[:60]!r} cannot be read as a number or expression"
+    if _verify(parsed_gold, parsed_answer):
+        return True, f"{answer[:60]!r} is equivalent to {gold!r}"
+    return False, f"{answer[:60]!r} is not equivalent to the expected answer"
+
+
+def _plain(text: str) -> str:
+    return "".join(text.replace("\\text", "").replace("$", "").replace("{", "").replace("}", "").split()).lower()
+
+
+def _bounded(work: Callable[[], tuple[bool | None, str]], seconds: float) -> tuple[bool | None, str]:
+    try:
+        with time_limit(seconds):
+            return work()
+    except ParseTimeout:
+        return None, f"reading the answer took more than {seconds:g} s"
+    except (Exception, RecursionError) as error:  # math-verify on adversarial text: a failure to read, never a crash
+        return None, f"the answer cannot be read ({type(error).__name__})"

@@ -1,0 +1,154 @@
+import signal
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from nodus.core import Task
+from nodus_env_math_answer import MathAnswer
+from nodus_env_math_answer.equivalence import equivalent, time_limit
+from nodus_env_math_answer.extract import final_answer
+
+ENV = MathAnswer()
+
+
+def task_with(answer: str) -> Task:
+    return Task(env="math-answer@1", id="t", split="train", seed=0, index=0, draw=0,
+                data={"question": "q", "answer": answer, "source": "generated", "family": "x"})
+
+
+@pytest.mark.parametrize(
+    ("gold", "completion"),
+    [
+        ("1000", "\\boxed{1,000}"),
+        ("1/2", "\\boxed{\\frac{1}{2}}"),
+        ("1/2", "#### 0.5"),
+        ("0.5", "The answer is 1/2."),
+        ("0.5", "<answer>50\\%</answer>"),
+        ("-7/4", "so x = \\boxed{-\\frac{7}{4}}"),
+        ("-3", "The final answer is: -3"),
+        ("12.5", "#### $12.50"),
+        ("\\text{Monday}", "\\boxed{\\text{Monday}}"),
+        ("\\frac{\\pi}{2}", "\\boxed{\\frac{\\pi}{2}}"),
+    ],
+)
+def test_equivalent_forms_pass(gold: str, completion: str) -> None:
+    grade = ENV.grade(task_with(gold), completion)
+    assert grade.passed and grade.score == 1.0, grade.details
+
+
+@pytest.mark.parametrize(
+    ("gold", "completion", "reason"),
+    [
+        ("-3", "\\boxed{3}", "is not equivalent"),
+        ("7/3", "\\boxed{2.333}", "is not equivalent"),
+        ("5", "I think it's 5.", "no final answer"),
+        ("5", "\\boxed{}", "is empty"),
+        ("5", "\\boxed{" + "1" * 300 + "}", "over 200 chars"),
+        ("5", "\\boxed{\\}", "cannot be read"),
+        ("5", "\\boxed{5} no wait, the answer is 6", "is not equivalent"),  # the last marked answer counts
+    ],
+)
+def test_wrong_or_missing_answers_fail_with_the_reason(gold: str, completion: str, reason: str) -> None:
+    grade = ENV.grade(task_with(gold), completion)
+    assert not grade.passed and grade.score == 0.0
+    assert reason in grade.details, grade.details
+
+
+def test_last_number_fallback_is_a_grading_parameter() -> None:
+    lenient = MathAnswer({"last_number_fallback": True})
+    assert lenient.grade(task_with("5"), "so we get 5").passed
+    assert not ENV.grade(task_with("5"), "so we get 5").passed
+    assert lenient.tasks("heldout", 42, 4) == ENV.tasks("heldout", 42, 4)
+
+
+def test_extraction_is_linear_on_hostile_input() -> None:
+    import time
+
+    for text in ("\\boxed{" * 100_000, "<answer>" * 100_000, "{" * 500_000 + "\\boxed{1}", "the answer is " * 50_000):
+        started = time.perf_counter()
+        final_answer(text, last_number_fallback=True)
+        assert time.perf_counter() - started < 1.0
+
+
+def test_the_parse_timer_keeps_the_sandbox_workers_wall_time_guard() -> None:
+    # The worker arms ITIMER_REAL for the whole job; math-verify's own alarm(0) would cancel it.
+    fired: list[int] = []
+    previous = signal.signal(signal.SIGALRM, lambda signum, frame: fired.append(signum))
+    signal.setitimer(signal.ITIMER_REAL, 30.0)
+    try:
+        assert equivalent("1/2", "0.5") == (True, "'0.5' is equivalent to '1/2'")
+        left, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 25.0 < left <= 30.0
+        assert signal.getsignal(signal.SIGALRM) is not None and not fired
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_the_parse_timer_stops_slow_work_and_reports_it() -> None:
+    import time
+
+    started = time.perf_counter()
+    with pytest.raises(BaseException) as raised, time_limit(0.2):
+        while True:
+            pass
+    assert type(raised.value).__name__ == "ParseTimeout"
+    assert time.perf_counter() - started < 2.0
+    assert signal.getitimer(signal.ITIMER_REAL)[0] == 0.0
+
+
+TASKS = ENV.tasks("heldout", 42, 12)
+WRAPPERS = ["\\boxed{{{}}}", "#### {}", "<answer>{}</answer>", "The answer is {}.", "Thus $x = \\boxed{{{}}}$"]
+
+
+def written(answer: str, style: int) -> str:
+    value = Fraction(answer)
+    if style == 1 and value.denominator != 1:
+        return f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
+    if style == 2:
+        return f"{float(value):.6g}" if len(str(float(value))) < 10 else answer
+    return answer
+
+
+@settings(max_examples=40, deadline=None)
+@given(index=st.integers(0, len(TASKS) - 1), wrapper=st.sampled_from(WRAPPERS), style=st.integers(0, 2),
+       prose=st.text(alphabet="abc ,.\n", max_size=40))
+def test_the_right_answer_in_any_marked_form_passes(index: int, wrapper: str, style: int, prose: str) -> None:
+    task = TASKS[index]
+    completion = prose + "\n" + wrapper.format(written(task.data["answer"], style))
+    grade = ENV.grade(task, completion)
+    assert grade.passed, (completion, grade.details)
+
+
+@settings(max_examples=40, deadline=None)
+@given(index=st.integers(0, len(TASKS) - 1), offset=st.integers(-50, 50).filter(bool))
+def test_an_answer_off_by_any_amount_fails(index: int, offset: int) -> None:
+    task = TASKS[index]
+    wrong = Fraction(task.data["answer"]) + offset
+    assert not ENV.grade(task, f"\\boxed{{{wrong}}}").passed
+
+
+@settings(max_examples=60, deadline=None)
+@given(text=st.text(max_size=300))
+def test_grader_never_raises_and_scores_in_range(text: str) -> None:
+    grade = ENV.grade(TASKS[0], text)
+    assert grade.score in (0.0, 1.0) and grade.details
+
+
+def test_a_shorter_outer_deadline_still_fires_after_the_parse_timer() -> None:
+    import time
+
+    fired: list[int] = []
+    previous = signal.signal(signal.SIGALRM, lambda signum, frame: fired.append(signum))
+    signal.setitimer(signal.ITIMER_REAL, 0.2)  # the worker's job deadline, shorter than the 3 s parse limit
+    try:
+        with pytest.raises(BaseException) as raised, time_limit(3.0):
+            while True:
+                pass
+        assert type(raised.value).__name__ == "ParseTimeout"
+        time.sleep(0.05)
+        assert fired == [signal.SIGALRM]  # the job deadline was passed on, not swallowed
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

@@ -1,0 +1,89 @@
+"""Small environments for testing the kit: one that conforms, and ones each breaking one property.
+
+They live in an importable module (not inside test functions) so the kit can rebuild them in a subprocess.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+from nodus.core import Environment, Grade, Task
+
+
+class PlainParrot(Environment):
+    """Repeat a number; has no mutations method."""
+
+    namespace = "test"
+    name = "parrot"
+    version = 1
+    description = "Repeat the number."
+
+    def generate(self, rng: random.Random) -> dict[str, Any]:
+        return {"number": rng.randrange(10**6)}
+
+    def prompt_text(self, task: Task) -> str:
+        return f"Repeat {task.data['number']}."
+
+    def grade(self, task: Task, completion: str) -> Grade:
+        ok = completion.strip() == str(task.data["number"])
+        return Grade(score=float(ok), passed=ok, details="equal" if ok else "different")
+
+    def reference(self, task: Task) -> str:
+        return str(task.data["number"])
+
+
+
+class Parrot(PlainParrot):
+    """Conforms to every check."""
+
+    def mutations(self, task: Task) -> list[str]:
+        return [str(task.data["number"] + 1), ""]
+
+
+class GlobalRandomParrot(Parrot):
+    def generate(self, rng: random.Random) -> dict[str, Any]:
+        return {"number": random.randrange(10**6)}  # the global RNG: not reproducible
+
+
+class HashSeededParrot(Parrot):
+    def generate(self, rng: random.Random) -> dict[str, Any]:
+        return {"number": hash(str(rng.random())) % 10**6}  # hash() of str changes with PYTHONHASHSEED
+
+
+class RaisingParrot(Parrot):
+    def grade(self, task: Task, completion: str) -> Grade:
+        if "\x00" in completion:
+            raise ValueError("cannot handle NUL")
+        return super().grade(task, completion)
+
+
+class GullibleParrot(Parrot):
+    def grade(self, task: Task, completion: str) -> Grade:
+        return Grade(score=1.0, passed=True, details="anything goes")
+
+
+class WrongReferenceParrot(Parrot):
+    def reference(self, task: Task) -> str:
+        return str(task.data["number"] + 2)
+
+
+class MoodyParrot(Parrot):
+    def grade(self, task: Task, completion: str) -> Grade:
+        grade = super().grade(task, completion)
+        return grade if grade.passed else grade.model_copy(update={"details": f"different ({random.random():.6f})"})
+
+
+class SlowParrot(Parrot):
+    sandbox_limits = {"wall_time_s": 0.05, "cpu_time_s": 0.05}
+
+    def grade(self, task: Task, completion: str) -> Grade:
+        if completion.startswith("\x1b"):  # only the kit's control-character probe: keeps the test fast
+            time.sleep(0.08)
+        return super().grade(task, completion)
+
+
+class ForgetfulParrot(Parrot):
+    def mutations(self, task: Task) -> list[str]:
+        return []
