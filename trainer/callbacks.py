@@ -125,7 +125,8 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]  # transformers is unt
         if row["infrastructure_failures"]:
             parts.append(f"infrastructure failures {row['infrastructure_failures']}")
         if self.cost.usd_per_hour is not None:
-            parts.append(f"spent ${self.cost.usd()}")
+            projected = self.cost.usd(self.cost.spent_seconds + remaining)
+            parts.append(f"spent ${self.cost.usd()} (projected ${projected})")
         return "  ".join(parts)
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:

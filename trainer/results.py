@@ -53,7 +53,8 @@ def versions(env_distribution: str) -> dict[str, str | None]:
 
     found: dict[str, str | None] = {name: version(name) for name in ("nodus", "torch", "transformers", "trl", "peft")}
     dist_name, _, dist_version = env_distribution.partition(" ")
-    found[dist_name] = dist_version or version(dist_name)
+    if dist_name != "in-process":
+        found[dist_name] = dist_version or version(dist_name)
     return found
 
 

@@ -51,6 +51,16 @@ def say_to_stderr(quiet: bool) -> Any:
     return say
 
 
+def resolve_environment(job: TrainingJob, environment: Environment | None, say: Any) -> tuple[Environment, str]:
+    """The environment to train on and the distribution that provides it (for results.json)."""
+    if environment is not None:
+        return environment, "in-process"
+    resolution = get_registry().resolve(job.spec.environment.name)
+    if resolution.note:
+        say(f"note: {resolution.note}")
+    return resolution.spec.make(job.spec.environment.params), resolution.spec.distribution
+
+
 def hourly_rate(options: RunOptions) -> tuple[Decimal | None, float | None]:
     """The USD/hour the run is charged and the price table's step time for the GPU, if one was named."""
     gpu = lookup_gpu(options.gpu) if options.gpu else None
@@ -67,14 +77,12 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\..*")
 
 
-def train(job: TrainingJob, options: RunOptions) -> dict[str, Any]:
+def train(job: TrainingJob, options: RunOptions, environment: Environment | None = None) -> dict[str, Any]:
+    """Run ``job``; ``environment`` replaces the registry lookup (e.g. a function environment built in Python)."""
     say = say_to_stderr(options.quiet)
     quiet_libraries()
     spec = job.spec
-    resolution = get_registry().resolve(spec.environment.name)
-    if resolution.note:
-        say(f"note: {resolution.note}")
-    env = resolution.spec.make(spec.environment.params)
+    env, distribution = resolve_environment(job, environment, say)
     train_tasks = env.tasks("train", spec.environment.seed, spec.environment.train_tasks)
     heldout = env.tasks("heldout", spec.environment.seed, spec.environment.held_out_tasks)
     rate, table_step_seconds = hourly_rate(options)
@@ -83,7 +91,7 @@ def train(job: TrainingJob, options: RunOptions) -> dict[str, Any]:
             "maxCostUSD needs an hourly rate to measure spend against: pass --gpu NAME (see 'grpo estimate --help') "
             "or --gpu-rate USD_PER_HOUR"
         )
-    check_method_fits_device(spec.parameters)
+    check_supported(job)
     source = resolve_model(spec.model.uri)  # parses only: a malformed uri fails before anything is written
     run = RunDir(options.output)
     resuming = run.claim(job.canonical())
@@ -135,7 +143,7 @@ def train(job: TrainingJob, options: RunOptions) -> dict[str, Any]:
         job,
         run,
         env,
-        resolution.spec.distribution,
+        distribution,
         source.display,
         heldout,
         baseline,
@@ -145,6 +153,7 @@ def train(job: TrainingJob, options: RunOptions) -> dict[str, Any]:
         status,
         wall,
         rate,
+        estimated_cost(job, options),
     )
     write_json_atomic(run.results, results)
     plot_rewards(run.plot, run.read_metrics(), baseline, final)
@@ -152,7 +161,14 @@ def train(job: TrainingJob, options: RunOptions) -> dict[str, Any]:
     return results
 
 
-def check_method_fits_device(parameters: Parameters) -> None:
+def check_supported(job: TrainingJob) -> None:
+    """Refuse, before any work, what this version cannot run rather than silently doing something else."""
+    if job.spec.distributed.strategy == "FSDP":
+        raise InvalidJobSpec(
+            "distributed.strategy FSDP is accepted by the spec but multi-GPU training is not implemented in this "
+            "version of nodus; remove spec.distributed to train on one device"
+        )
+    parameters = job.spec.parameters
     if parameters.method == "QLoRA" and not torch.cuda.is_available():
         raise InvalidJobSpec(
             "method QLoRA needs a CUDA GPU (bitsandbytes NF4 kernels); on this machine use --method LoRA"
@@ -311,6 +327,7 @@ def assemble_results(
     status: str,
     wall_seconds: float,
     rate: Decimal | None,
+    estimated_usd: str | None,
 ) -> dict[str, Any]:
     metrics = run.read_metrics()
     tokens = next((row["num_tokens"] for row in reversed(metrics) if "num_tokens" in row), None)
@@ -346,11 +363,24 @@ def assemble_results(
         },
         "diagnostics": reward_signal(reward.state(), metrics),
         "cost": {
+            "estimatedUSD": estimated_usd,
             "usdPerHour": None if rate is None else str(rate),
             "actualUSD": None if callback.cost.usd() is None else str(callback.cost.usd()),
             "maxCostUSD": None if job.spec.max_cost_usd is None else str(job.spec.max_cost_usd),
         },
     }
+
+
+def estimated_cost(job: TrainingJob, options: RunOptions) -> str | None:
+    """The dry run's projection (planned steps x the price table's step time), when a GPU was named."""
+    if options.gpu is None:
+        return None
+    from nodus.trainer.plan import planned_steps
+    from nodus.trainer.pricing import project_cost
+
+    gpu = lookup_gpu(options.gpu)
+    rate = options.gpu_rate if options.gpu_rate is not None else gpu.usd_per_hour
+    return str(project_cost(planned_steps(job), gpu.seconds_per_step, rate).usd)
 
 
 def summary_line(baseline: Evaluation, final: Evaluation | None, results: dict[str, Any]) -> str:

@@ -1,0 +1,40 @@
+"""The Python API: a reward function plus prompts, trained in one call."""
+
+from pathlib import Path
+
+import pytest
+
+from nodus.core.function_env import InvalidFunctionEnvironment, function_environment
+from nodus.trainer import api
+
+
+def share_of_a(prompt: str, completion: str) -> float:
+    letters = [c for c in completion if not c.isspace()]
+    return letters.count("a") / len(letters) if letters else 0.0
+
+
+def test_train_on_a_python_reward_function(tiny_model: Path, tmp_path: Path) -> None:
+    prompts = [f"Task {i}: write a" for i in range(80)]
+    results = api.train_on_function(
+        prompts, share_of_a, name="letters", output=tmp_path / "run", quiet=True, model=str(tiny_model),
+        method="Full", learning_rate=1e-2, max_steps=60, num_generations=4, batch_size=8, max_completion_length=8,
+    )
+    assert results["environment"] == "local/letters@1"
+    assert results["job"]["spec"]["sandbox"] == "none"
+    assert len(results["heldOutTaskIds"]) + results["job"]["spec"]["environment"]["trainTasks"] == 80
+    assert results["final"]["meanScore"] > results["baseline"]["meanScore"] + 0.5
+
+
+def test_function_environment_splits_and_checks_its_reward() -> None:
+    env = function_environment("echo", [f"p{i}" for i in range(40)], lambda prompt, completion: 2.0)
+    heldout = env.tasks("heldout", 0, 3)
+    assert not {t.data["prompt"] for t in heldout} & {t.data["prompt"] for t in env.tasks("train", 0, 30)}
+    with pytest.raises(ValueError, match=r"reward function returned 2.0, not a number in \[0, 1\]"):
+        env.grade(heldout[0], "x")
+    with pytest.raises(InvalidFunctionEnvironment, match="needs at least 2 distinct prompts"):
+        function_environment("one", ["same", "same"], lambda prompt, completion: 1.0)
+
+
+def test_unknown_keyword_names_the_known_fields() -> None:
+    with pytest.raises(TypeError, match="unknown training field\\(s\\) num_generation; known: batch_size, beta"):
+        api.train(env="graph-coloring@1", num_generation=4)
