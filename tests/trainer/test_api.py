@@ -3,7 +3,6 @@
 from pathlib import Path
 
 import pytest
-
 from nodus.core.function_env import InvalidFunctionEnvironment, function_environment
 from nodus.trainer import api
 
