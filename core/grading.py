@@ -13,7 +13,8 @@ from types import TracebackType
 from typing import Any, Literal
 
 from nodus.core.environment import Environment, Task
-from nodus.core.registry import load_environment
+from nodus.core.errors import NodusError
+from nodus.core.registry import get_registry, load_environment
 from nodus.sandbox import GradeOutcome, GraderPool, PoolStats, SandboxLimits
 
 GRADE_TARGET = "nodus.core.grading:grade_job"
@@ -30,15 +31,24 @@ def grade_payload(env: Environment, task: Task, completion: str) -> dict[str, An
     }
 
 
+# Environments graded in this process (sandbox "none") by object, so one built in Python (a function
+# environment) needs no plugin. Sandbox workers never have entries here: they load plugins.
+_IN_PROCESS: dict[tuple[str, str], Environment] = {}
+
+
+def _params_key(params: Any) -> str:
+    return json.dumps(params, sort_keys=True)
+
+
 @lru_cache(maxsize=32)
 def _environment(env_id: str, params_json: str) -> Environment:
     # A worker grades many jobs of the same environment: resolve the plugin and validate parameters once.
-    return load_environment(env_id, json.loads(params_json))
+    return _IN_PROCESS.get((env_id, params_json)) or load_environment(env_id, json.loads(params_json))
 
 
 def grade_job(payload: dict[str, Any]) -> dict[str, Any]:
     """Sandbox target: grade one completion. Raising here is a grader failure, never a score of 0."""
-    env = _environment(payload["env"], json.dumps(payload["params"], sort_keys=True))
+    env = _environment(payload["env"], _params_key(payload["params"]))
     task = env.task_from_dict(payload["task"])
     result: dict[str, Any] = env.grade(task, payload["completion"]).model_dump()
     return result
@@ -58,6 +68,10 @@ class Grader:
         workers: int = 2,
     ) -> None:
         self.env = env
+        if sandbox == "none":
+            _IN_PROCESS[(env.id_text(), _params_key(env.params.model_dump(mode="json")))] = env
+        else:
+            require_installed(env)
         self.pool = GraderPool(
             SandboxLimits.for_environment(env.sandbox_limits, limits),
             workers=workers,
@@ -82,6 +96,23 @@ class Grader:
     @property
     def stats(self) -> PoolStats:
         return self.pool.stats
+
+
+def require_installed(env: Environment) -> None:
+    """A sandbox worker loads environments from installed plugins; one built in Python cannot be graded there."""
+    try:
+        installed = get_registry().resolve(env.id_text()).spec.cls
+    except NodusError:
+        installed = None
+    if installed is not type(env):
+        raise EnvironmentNotInstalled(
+            f"{env.id_text()} is not an installed plugin, so a sandbox worker cannot load it; install its "
+            "distribution, or grade it in this process with sandbox 'none' (trusted code only)"
+        )
+
+
+class EnvironmentNotInstalled(NodusError):
+    """An environment object the sandbox workers cannot load."""
 
 
 def grade_completions(

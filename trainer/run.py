@@ -387,9 +387,10 @@ def summary_line(baseline: Evaluation, final: Evaluation | None, results: dict[s
     if final is None:
         return f"done ({results['status']}): baseline {baseline.mean_score:.3f}, no final evaluation"
     diff = results["difference"]
+    p_value = "n/a" if diff["signTestP"] is None else f"{diff['signTestP']:.3g}"
     return (
         f"done ({results['status']}): held-out mean score {baseline.mean_score:.3f} -> {final.mean_score:.3f} "
-        f"(pass rate {baseline.pass_rate:.3f} -> {final.pass_rate:.3f}; sign test p={diff['signTestP']:.3g}); "
+        f"(pass rate {baseline.pass_rate:.3f} -> {final.pass_rate:.3f}; sign test p={p_value}); "
         f"{results['diagnostics']['rewardSignal']}"
     )
 

@@ -37,3 +37,15 @@ def test_function_environment_splits_and_checks_its_reward() -> None:
 def test_unknown_keyword_names_the_known_fields() -> None:
     with pytest.raises(TypeError, match="unknown training field\\(s\\) num_generation; known: batch_size, beta"):
         api.train(env="graph-coloring@1", num_generation=4)
+
+
+def test_a_function_environment_cannot_go_to_the_sandbox() -> None:
+    from nodus.core.grading import EnvironmentNotInstalled, Grader
+
+    env = function_environment("echo", ["p1", "p2", "p3"], lambda prompt, completion: 1.0)
+    with pytest.raises(EnvironmentNotInstalled) as error:
+        Grader(env)
+    assert str(error.value) == (
+        "local/echo@1 is not an installed plugin, so a sandbox worker cannot load it; install its distribution, "
+        "or grade it in this process with sandbox 'none' (trusted code only)"
+    )
