@@ -5,6 +5,7 @@ Importing this module must stay cheap (no torch): ``grpo envs`` and friends impo
 
 from __future__ import annotations
 
+import importlib.util
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,8 @@ def train(
         raise TrainingExtrasMissing(
             f"grpo train needs the training extras ({error.name} is missing): pip install 'nodus[train]'"
         ) from None
+    if tensorboard and importlib.util.find_spec("tensorboard") is None:
+        raise TrainingExtrasMissing("--tensorboard needs the tensorboard package: pip install tensorboard")
     options = RunOptions(
         output=run_dir, gpu=gpu, gpu_rate=rate, quiet=quiet, report_to=["tensorboard"] if tensorboard else []
     )
