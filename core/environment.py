@@ -112,17 +112,21 @@ class Environment(ABC):
         messages = [] if self.system_prompt is None else [{"role": "system", "content": self.system_prompt}]
         return [*messages, {"role": "user", "content": self.prompt_text(task)}]
 
+    def seed_inputs(self) -> list[Any]:
+        """What, besides the id, seed and draw, decides which tasks are drawn: the generation parameters.
+
+        An environment backed by a data file overrides this to give the file's content digest in place of its
+        path, so a moved file draws the same tasks and an edited one different tasks.
+        """
+        return [self.params.model_dump(mode="json", exclude=set(self.grading_params))]
+
     def draw_rng(self, seed: int, draw: int) -> random.Random:
-        """The RNG of one draw: a pure function of (id, version, parameters, seed, draw).
+        """The RNG of one draw: a pure function of (id, version, seed inputs, seed, draw).
 
         Seeded from a SHA-256 of canonical JSON, never from ``hash()`` (which PYTHONHASHSEED changes) and
         never from the global RNG, so every process and machine draws the same task.
         """
-        material = json.dumps(
-            [self.id_text(), self.params.model_dump(mode="json", exclude=set(self.grading_params)), seed, draw],
-            sort_keys=True,
-            separators=(",", ":"),
-        )
+        material = json.dumps([self.id_text(), *self.seed_inputs(), seed, draw], sort_keys=True, separators=(",", ":"))
         return random.Random(int.from_bytes(hashlib.sha256(material.encode()).digest()[:16], "big"))
 
     def split_of(self, prompt: str) -> Split:

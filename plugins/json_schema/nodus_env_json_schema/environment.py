@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import random
 from functools import cached_property
@@ -40,13 +39,13 @@ class JsonSchema(Environment):
         # Loaded on first use: a sandbox worker rebuilding the environment to grade needs only task.data.
         return None if self.params.data is None else load_task_file(self.params.data)
 
-    def draw_rng(self, seed: int, draw: int) -> random.Random:
+    def seed_inputs(self) -> list[Any]:
         if self.task_set is None:
-            return super().draw_rng(seed, draw)
-        # Seeded by the file's content digest, not its path (see datafile.py); same construction as the base.
+            return super().seed_inputs()
+        # The file's content digest in place of its path: a changed file draws different tasks, a moved or
+        # reordered one the same (see datafile.py).
         params = self.params.model_dump(mode="json", exclude={"data", *self.grading_params})
-        material = json.dumps([self.id_text(), params, self.task_set.digest, seed, draw], sort_keys=True)
-        return random.Random(int.from_bytes(hashlib.sha256(material.encode()).digest()[:16], "big"))
+        return [params, self.task_set.digest]
 
     def generate(self, rng: random.Random) -> dict[str, Any]:
         if self.task_set is None:

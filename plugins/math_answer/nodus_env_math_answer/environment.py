@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
 import re
 from functools import cached_property
@@ -48,14 +46,13 @@ class MathAnswer(Environment):
         # from its parameters but needs only task.data, and the file need not exist inside the jail.
         return None if self.params.data is None else load_problem_file(self.params.data)
 
-    def draw_rng(self, seed: int, draw: int) -> random.Random:
+    def seed_inputs(self) -> list[Any]:
         if self.problem_set is None:
-            return super().draw_rng(seed, draw)
-        # Seeded by the file's content digest instead of its path: a changed file draws different tasks,
-        # a moved or reordered one the same (see datafile.py). Same SHA-256-of-canonical-JSON as the base.
+            return super().seed_inputs()
+        # The file's content digest in place of its path: a changed file draws different tasks, a moved or
+        # reordered one the same (see datafile.py).
         params = self.params.model_dump(mode="json", exclude={"data", *self.grading_params})
-        material = json.dumps([self.id_text(), params, self.problem_set.digest, seed, draw], sort_keys=True)
-        return random.Random(int.from_bytes(hashlib.sha256(material.encode()).digest()[:16], "big"))
+        return [params, self.problem_set.digest]
 
     def generate(self, rng: random.Random) -> dict[str, Any]:
         if self.problem_set is None:
