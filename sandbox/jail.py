@@ -198,6 +198,10 @@ def build_worker_command(
     else:
         # Unprivileged: map 65534 inside to our own uid outside (a real mapping, not uid 0).
         argv += ["--user", f"{JAIL_UID}:{os.geteuid()}:1", "--group", f"{JAIL_GID}:{os.getegid()}:1"]
+    # The tmpfs first: nsjail mounts in order, so a checkout or venv that lives under /tmp on the host is
+    # mounted on top of it instead of being hidden by it. Its mount-point directories are root-owned
+    # scaffolding the jailed uid cannot write to; the worker leaves them alone when it empties /tmp.
+    argv += ["--mount", f"none:/tmp:tmpfs:size={limits.tmpfs_mb * 1024 * 1024},mode=1777"]
     for path in mounts:
         argv += ["--bindmount_ro", str(path)]
     for system_dir in ("/usr/lib", "/usr/lib64", "/lib", "/lib64"):
@@ -207,7 +211,6 @@ def build_worker_command(
         elif path.is_dir():
             argv += ["--bindmount_ro", system_dir]
     argv += ["--bindmount", "/dev/null", "--bindmount_ro", "/dev/zero", "--bindmount_ro", "/dev/urandom"]
-    argv += ["--mount", f"none:/tmp:tmpfs:size={limits.tmpfs_mb * 1024 * 1024},mode=1777"]
     argv += ["--cwd", "/tmp"]
     # Environment: nothing from the host.  PYTHONHASHSEED fixes set/dict-of-str iteration order.
     for name, value in (("PYTHONHASHSEED", "0"), ("PYTHONDONTWRITEBYTECODE", "1"), ("HOME", "/tmp"),

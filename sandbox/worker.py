@@ -275,8 +275,8 @@ class Worker:
             self._reap()
             time.sleep(0.001)
         self._reap()
-        if workdir is None or not _remove_if_only_empty_dir("/tmp", workdir):
-            _empty_directory("/tmp")
+        if TMP_SCAFFOLD or workdir is None or not _remove_if_only_empty_dir("/tmp", workdir):
+            _empty_tmp("/tmp", os.lstat("/tmp").st_dev)
 
     def _reap(self) -> None:
         while True:
@@ -379,7 +379,26 @@ def _remove_if_only_empty_dir(parent: str, directory: str) -> bool:
     return True
 
 
-def _empty_directory(path: str) -> None:
+def _empty_tmp(path: str, tmpfs_device: int) -> None:
+    """Empty the jail's /tmp, keeping only the mount points and the directories that lead to them.
+
+    A mount point (a read-only host path, on another device) is left alone; a scaffolding directory is
+    emptied of everything a job put there, recursively; everything else goes.
+    """
+    for entry in os.scandir(path):
+        try:
+            if entry.stat(follow_symlinks=False).st_dev != tmpfs_device:
+                continue
+            if entry.path in TMP_SCAFFOLD and entry.is_dir(follow_symlinks=False):
+                os.chmod(entry.path, stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
+                _empty_tmp(entry.path, tmpfs_device)
+                continue
+        except OSError:
+            pass
+        _remove_entry(entry)
+
+
+def _remove_entry(entry: os.DirEntry[str]) -> None:
     def make_writable_and_retry(function: Callable[..., Any], failed: str, _exc: BaseException) -> None:
         os.chmod(os.path.dirname(failed), stat.S_IRWXU)
         if os.path.isdir(failed) and not os.path.islink(failed):
@@ -388,17 +407,33 @@ def _empty_directory(path: str) -> None:
         else:
             os.unlink(failed)
 
-    for entry in os.scandir(path):
-        try:
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, onexc=make_writable_and_retry)
-            else:
-                os.unlink(entry.path)
-        except OSError:
-            pass
+    try:
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, onexc=make_writable_and_retry)
+        else:
+            os.unlink(entry.path)
+    except OSError:
+        pass
+
+
+# The directories /tmp holds before any job runs: the parents nsjail made for mount points when the checkout
+# or venv lives under the host's /tmp. Cleanup keeps them (and the mounts) and empties them of anything else.
+TMP_SCAFFOLD: frozenset[str] = frozenset()
+
+
+def _scaffold_directories(root: str) -> frozenset[str]:
+    device = os.lstat(root).st_dev
+    found: set[str] = set()
+    for directory, subdirectories, _ in os.walk(root):
+        on_tmpfs = [name for name in subdirectories if os.lstat(os.path.join(directory, name)).st_dev == device]
+        found.update(os.path.join(directory, name) for name in on_tmpfs)
+        subdirectories[:] = on_tmpfs  # never walk into a mounted host path
+    return frozenset(found)
 
 
 def main(argv: list[str]) -> int:
+    global TMP_SCAFFOLD
+    TMP_SCAFFOLD = _scaffold_directories("/tmp")
     config = __import__("json").loads(argv[1])
     if config.get("probe"):
         print(PROBE_OK)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from nodus.sandbox import GradeOutcome, GraderPool
-from sandbox_helpers import HOST_SECRET_NAME, HOST_SECRET_VALUE, python_job
+from sandbox_helpers import HOST_SECRET_NAME, HOST_SECRET_VALUE, HOSTILE_LIMITS, python_job
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,7 +22,17 @@ PROBE_CODE = textwrap.dedent(
     """
     import os
     here = os.path.basename(os.getcwd())
-    leftovers = sorted(set(os.listdir("/tmp")) - {here}) + sorted(os.listdir("."))
+    # Only mount points (another device: a checkout under the host's /tmp) and the directories leading to them
+    # may be in /tmp; anything else on the tmpfs is a leftover.
+    device = os.lstat("/tmp").st_dev
+    leftovers = []
+    for directory, subdirectories, files in os.walk("/tmp"):
+        leftovers += [os.path.join(directory, f) for f in files]
+        mounted = {d for d in subdirectories if os.lstat(os.path.join(directory, d)).st_dev != device}
+        subdirectories[:] = [d for d in subdirectories if d not in mounted and d != here]
+        if not mounted and not subdirectories and directory not in ("/tmp", os.getcwd()):
+            leftovers.append(directory)
+    leftovers = sorted(leftovers) + sorted(os.listdir("."))
     live = []
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -265,6 +275,32 @@ def test_planted_files_do_not_reach_the_next_job(isolated_pool: GraderPool) -> N
     code = "open('/tmp/planted.py', 'w').write('x')\nopen('here.txt', 'w').write('x')\n"
     code += "import os\nos.mkdir('/tmp/d', 0)\n"
     assert grade_then_probe(isolated_pool, python_job(code)).passed
+
+
+def test_a_checkout_under_the_hosts_tmp_is_mounted_and_kept_clean(tmp_path: Path) -> None:
+    # CI may clone the project under /tmp: its paths are then mounted over the jail's private /tmp, and the
+    # directories leading to them must not become a place where one job leaves files for the next.
+    assert str(tmp_path).startswith("/tmp/")
+    (tmp_path / "visible.txt").write_text("read-only data")
+    tmp_path.chmod(0o755)  # as a git checkout is; pytest makes it 0700
+    plant = textwrap.dedent(f"""
+        import os
+        assert open({str(tmp_path / "visible.txt")!r}).read() == "read-only data"
+        for where in ("/tmp", {str(tmp_path.parent)!r}):
+            try:
+                open(os.path.join(where, "planted.txt"), "w").write("x")
+            except OSError:
+                pass
+        try:
+            open({str(tmp_path / "planted.txt")!r}, "w")
+            print("wrote into a mount")
+        except OSError:
+            print("mount is read-only")
+    """)
+    with GraderPool(HOSTILE_LIMITS, workers=1, isolate_each_completion=True, extra_mounts=[tmp_path]) as pool:
+        first = pool.run(python_job(plant, expected_stdout="mount is read-only"))
+        assert first.passed, first
+        assert grade_then_probe(pool, python_job("print('hi')", expected_stdout="hi")).passed
 
 
 def test_sysv_shared_memory_is_denied_across_jobs(isolated_pool: GraderPool) -> None:
