@@ -18,6 +18,7 @@ with ``subprocess`` instead.  Standard library only: this module runs inside the
 
 from __future__ import annotations
 
+import abc
 import builtins
 import contextlib
 import io
@@ -234,7 +235,7 @@ def set_default_limits(limits: ProgramLimits) -> None:
 # --------------------------------------------------------------------------- grader side
 
 
-class _Launcher:
+class _Launcher(abc.ABC):
     """Starts the completion process and reports its wait status."""
 
     pid: int
@@ -242,8 +243,9 @@ class _Launcher:
     def status_fd(self) -> int | None:
         return None
 
+    @abc.abstractmethod
     def poll_status(self, block_until: float | None) -> int | None:
-        raise NotImplementedError
+        """The wait status once the process has exited (waiting until ``block_until``), else None."""
 
 
 class _ZygoteLauncher(_Launcher):
