@@ -30,13 +30,14 @@ def fail(message: str) -> NoReturn:
     raise UsageFailure(message)
 
 
-def parse_params(pairs: tuple[str, ...]) -> dict[str, Any]:
+def parse_params(pairs: tuple[str, ...], flag: str = "--param") -> dict[str, Any]:
     """``key=value`` pairs; a value is read as JSON when it parses (numbers, true/false), else as text."""
     params: dict[str, Any] = {}
+    example = "num_vertices=12" if flag == "--param" else "wall_time_s=30"
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            fail(f"--param {pair!r} is not key=value; write e.g. --param num_vertices=12")
+            fail(f"{flag} {pair!r} is not key=value; write e.g. {flag} {example}")
         try:
             params[key.strip()] = json.loads(value)
         except ValueError:
@@ -80,6 +81,13 @@ param_option = click.option(
 seed_option = click.option("--seed", type=int, default=42, show_default=True, help="Seed of the task stream.")
 split_option = click.option("--split", type=click.Choice(["train", "heldout"]), required=True, help="Which split.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+limit_option = click.option(
+    "--limit",
+    "limits",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a sandbox limit, e.g. --limit wall_time_s=30 (repeatable).",
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -183,6 +191,7 @@ def tasks(
     help="Where the grader runs; 'none' runs it in this process (trusted graders only).",
 )
 @param_option
+@limit_option
 @json_option
 def grade(
     env_text: str,
@@ -193,6 +202,7 @@ def grade(
     reference: bool,
     sandbox: str,
     params: tuple[str, ...],
+    limits: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Grade one completion of one task."""
@@ -201,7 +211,7 @@ def grade(
     env = resolve_environment(get_registry(), env_text, params)
     task = split_tasks(env, split, seed, index + 1)[index]
     completion = env.reference(task) if reference else completion_file.read()
-    outcome = grade_completions(env, [(task, completion)], sandbox=sandbox)[0]  # type: ignore[arg-type]
+    outcome = grade_completions(env, [(task, completion)], sandbox=sandbox, limits=parse_params(limits, "--limit"))[0]  # type: ignore[arg-type]
     if as_json:
         print_json({"task": task.id, "env": task.env, **outcome})
     else:
@@ -217,16 +227,24 @@ def grade(
 @cli.command()
 @env_option
 @click.option("--examples", type=click.IntRange(min=1), default=16, show_default=True, help="Tasks sampled per check.")
-@click.option("--sandbox", type=click.Choice(["nsjail", "none"]), default="nsjail", show_default=True,
-              help="Grade in the sandbox (as training does) or in this process.")
+@click.option(
+    "--sandbox",
+    type=click.Choice(["nsjail", "none"]),
+    default="nsjail",
+    show_default=True,
+    help="Grade in the sandbox (as training does) or in this process.",
+)
 @param_option
+@limit_option
 @json_option
-def check(env_text: str, examples: int, sandbox: str, params: tuple[str, ...], as_json: bool) -> None:
+def check(
+    env_text: str, examples: int, sandbox: str, params: tuple[str, ...], limits: tuple[str, ...], as_json: bool
+) -> None:
     """Run the conformance checks on an environment: determinism, disjoint splits, sound grading."""
     from nodus.core.testing import run_checks
 
     env = resolve_environment(get_registry(), env_text, params)
-    with Grader(env, sandbox=sandbox) as grader:  # type: ignore[arg-type]
+    with Grader(env, sandbox=sandbox, limits=parse_params(limits, "--limit")) as grader:  # type: ignore[arg-type]
 
         def grade_in_sandbox(_: Environment, pairs: list[tuple[Task, str]]) -> list[dict[str, Any]]:
             return [outcome.model_dump() for outcome in grader.grade(pairs)]
@@ -242,8 +260,13 @@ def check(env_text: str, examples: int, sandbox: str, params: tuple[str, ...], a
 
 @cli.command("new-env")
 @click.argument("name")
-@click.option("--dest", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True,
-              help="Directory to create the plugin in.")
+@click.option(
+    "--dest",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Directory to create the plugin in.",
+)
 def new_env(name: str, dest: Path) -> None:
     """Scaffold a new environment plugin that installs and passes 'grpo check' as generated."""
     from nodus.core.scaffold import scaffold_environment

@@ -72,8 +72,16 @@ class Grader:
             _IN_PROCESS[(env.id_text(), _params_key(env.params.model_dump(mode="json")))] = env
         else:
             require_installed(env)
+        try:
+            sandbox_limits = SandboxLimits.for_environment(env.sandbox_limits, limits)
+        except ValueError as error:
+            raise InvalidSandboxLimits(
+                f"{error}; the limits and their bounds are the fields of nodus.sandbox.SandboxLimits "
+                "(wall_time_s, cpu_time_s, memory_mb, max_processes, max_file_size_mb, max_output_bytes, tmpfs_mb, "
+                "max_open_files, max_details_chars)"
+            ) from None
         self.pool = GraderPool(
-            SandboxLimits.for_environment(env.sandbox_limits, limits),
+            sandbox_limits,
             workers=workers,
             mode=sandbox,
             isolate_each_completion=env.isolate_each_completion,
@@ -111,13 +119,20 @@ def require_installed(env: Environment) -> None:
         )
 
 
+class InvalidSandboxLimits(NodusError):
+    """User overrides of the sandbox limits that fail validation."""
+
+
 class EnvironmentNotInstalled(NodusError):
     """An environment object the sandbox workers cannot load."""
 
 
 def grade_completions(
-    env: Environment, pairs: Sequence[tuple[Task, str]], sandbox: SandboxMode = "nsjail"
+    env: Environment,
+    pairs: Sequence[tuple[Task, str]],
+    sandbox: SandboxMode = "nsjail",
+    limits: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Grade a few completions once (the ``grpo grade`` command); a long job keeps a :class:`Grader` open."""
-    with Grader(env, sandbox=sandbox, workers=1) as grader:
+    with Grader(env, sandbox=sandbox, limits=limits, workers=1) as grader:
         return [outcome.model_dump() for outcome in grader.grade(pairs)]

@@ -28,8 +28,10 @@ def scaffold_environment(name: str, dest: Path) -> Path:
     """
     env_id = parse_env_id(name)
     if env_id.namespace != DEFAULT_NAMESPACE or env_id.version is not None or "/" in name or "@" in name:
-        raise ScaffoldError(f"new-env takes a bare environment name such as 'word-count', not {name!r}; "
-                            "the version starts at 1 and the namespace is set in the generated class")
+        raise ScaffoldError(
+            f"new-env takes a bare environment name such as 'word-count', not {name!r}; "
+            "the version starts at 1 and the namespace is set in the generated class"
+        )
     module = env_id.name.replace("-", "_")
     target = Path(dest) / module
     if target.exists():

@@ -6,7 +6,7 @@ package-data configuration.
 
 from __future__ import annotations
 
-PYPROJECT = '''\
+PYPROJECT = """\
 [build-system]
 requires = ["setuptools>=69", "wheel"]
 build-backend = "setuptools.build_meta"
@@ -27,9 +27,9 @@ packages = ["$package"]
 
 [tool.setuptools.package-data]
 $package = ["py.typed"]
-'''
+"""
 
-README = '''\
+README = """\
 # $distribution
 
 The `$env_id` environment for [nodus](https://github.com/nodus): add a list of integers; the model answers
@@ -42,7 +42,7 @@ the task with your own, keep the tests passing.)
 | `max_value` | 100 | 10..1000000 | numbers are drawn from -max_value..max_value |
 
 Run the tests with `pytest`; `grpo check --env $env_id` runs the conformance kit through the sandbox.
-'''
+"""
 
 INIT = '''\
 """nodus plugin providing $env_id."""
@@ -117,7 +117,7 @@ class $cls(Environment):
         return Grade(score=1.0, passed=True, details="the sum is right")
 '''
 
-TEST = '''\
+TEST = """\
 import hashlib
 import json
 
@@ -160,4 +160,4 @@ def test_grader_scores_in_range_for_any_completion(data: st.DataObject) -> None:
     task = data.draw(tasks(ENV))
     grade = ENV.grade(task, data.draw(completions(ENV, task)))
     assert 0.0 <= grade.score <= 1.0 and grade.details
-'''
+"""

@@ -1,10 +1,10 @@
 """The Python API: what ``grpo train`` does, callable from a script or a notebook.
 
-    from nodus.trainer import api
-    results = api.train(env="graph-coloring@1", seed=42, output="outputs/gc", max_steps=50)
+from nodus.trainer import api
+results = api.train(env="graph-coloring@1", seed=42, output="outputs/gc", max_steps=50)
 
-    # No plugin: prompts plus a reward function (graded in this process, as it is your own code).
-    results = api.train_on_function(prompts, reward=lambda prompt, completion: float("42" in completion))
+# No plugin: prompts plus a reward function (graded in this process, as it is your own code).
+results = api.train_on_function(prompts, reward=lambda prompt, completion: float("42" in completion))
 """
 
 from __future__ import annotations

@@ -51,16 +51,23 @@ def field_options(command: Any) -> Any:
     return command
 
 
-def parse_params(pairs: tuple[str, ...]) -> dict[str, Any]:
+def parse_params(pairs: tuple[str, ...], flag: str = "--param") -> dict[str, Any]:
     from nodus.core.cli import parse_params as parse
 
-    return parse(pairs)
+    return parse(pairs, flag)
 
 
 @click.command()
 @click.option("-f", "--file", "job_file", type=click.Path(path_type=Path), default=None, help="Job spec YAML.")
 @field_options
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="Environment parameter (repeatable).")
+@click.option(
+    "--limit",
+    "limits",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a sandbox limit of the grader, e.g. --limit wall_time_s=30 (sets spec.sandboxLimits).",
+)
 @click.option(
     "--output",
     type=click.Path(path_type=Path),
@@ -75,6 +82,7 @@ def parse_params(pairs: tuple[str, ...]) -> dict[str, Any]:
 def train(
     job_file: Path | None,
     params: tuple[str, ...],
+    limits: tuple[str, ...],
     output: Path | None,
     dry_run: bool,
     gpu: str | None,
@@ -87,6 +95,8 @@ def train(
     overrides = {FIELD_FLAGS[key][0]: value for key, value in fields.items() if value is not None}
     if params:
         overrides["spec.environment.params"] = parse_params(params)
+    if limits:
+        overrides["spec.sandboxLimits"] = parse_params(limits, "--limit")
     job = load_job(job_file, overrides)
     rate = parse_rate(gpu_rate)
     run_dir = output or Path("outputs") / job.name

@@ -37,7 +37,8 @@ def dry_run(job: TrainingJob, gpu_name: str | None, rate: Decimal | None) -> str
     lines = [
         f"plan for {job.name}: {spec.environment.name}, seed {spec.environment.seed}, "
         f"{spec.environment.train_tasks} train / {spec.environment.held_out_tasks} held-out tasks",
-        f"  model {spec.model.uri}, {p.method}" + (f" r={p.lora.r}" if p.method != "Full" else "")
+        f"  model {spec.model.uri}, {p.method}"
+        + (f" r={p.lora.r}" if p.method != "Full" else "")
         + f", {p.num_generations} generations of up to {p.max_completion_length} tokens, batch {p.batch_size}, "
         f"beta {p.beta:g}, learning rate {p.learning_rate:g}",
         f"  1. baseline evaluation on {spec.environment.held_out_tasks} held-out tasks (greedy), graded in "

@@ -93,6 +93,7 @@ def train(job: TrainingJob, options: RunOptions, environment: Environment | None
         )
     check_supported(job)
     source = resolve_model(spec.model.uri)  # parses only: a malformed uri fails before anything is written
+    grader = Grader(env, sandbox=spec.sandbox, limits=spec.sandbox_limits)  # checks the limits; starts nothing
     run = RunDir(options.output)
     resuming = run.claim(job.canonical())
     cost = CostMeter(rate, spec.max_cost_usd, previous_seconds=run.saved_spend())
@@ -109,7 +110,7 @@ def train(job: TrainingJob, options: RunOptions, environment: Environment | None
     model, tokenizer = load_model_and_tokenizer(
         source, quantization="nf4" if spec.parameters.method == "QLoRA" else None
     )
-    with Grader(env, sandbox=spec.sandbox) as grader:
+    with grader:
         baseline = baseline_evaluation(run, model, tokenizer, env, heldout, grader, spec.parameters, say)
         warn_if_no_signal(baseline, say)
         started = time.monotonic()

@@ -1,13 +1,13 @@
 """The run directory: what a run writes, how a re-run finds its place, and how nothing is half-written.
 
-    job.json           the resolved spec; a re-run with a different spec is refused
-    baseline.json      held-out evaluation before training (reused on resume: never graded twice)
-    checkpoints/       TRL checkpoints; one counts only once it carries COMPLETE (written last, atomically)
-    metrics.jsonl      one line per logged training step
-    spend.json         wall seconds spent on the run so far, across resumes (the cost meter's record)
-    final.json         held-out evaluation after training
-    adapter/           the trained adapter (or model, for method Full)
-    results.json       the summary; reward.png its plot
+job.json           the resolved spec; a re-run with a different spec is refused
+baseline.json      held-out evaluation before training (reused on resume: never graded twice)
+checkpoints/       TRL checkpoints; one counts only once it carries COMPLETE (written last, atomically)
+metrics.jsonl      one line per logged training step
+spend.json         wall seconds spent on the run so far, across resumes (the cost meter's record)
+final.json         held-out evaluation after training
+adapter/           the trained adapter (or model, for method Full)
+results.json       the summary; reward.png its plot
 """
 
 from __future__ import annotations

@@ -113,6 +113,9 @@ class Spec(_Strict):
     parameters: Parameters = Field(default_factory=Parameters)
     distributed: Distributed = Field(default_factory=Distributed)
     sandbox: Literal["nsjail", "none"] = "nsjail"
+    sandbox_limits: dict[str, Any] = Field(
+        default_factory=dict, alias="sandboxLimits", description="Overrides of the grader's sandbox limits."
+    )
 
 
 class Metadata(_Strict):

@@ -17,11 +17,7 @@ SUBPROCESS_TIMEOUT_S = 120
 
 def fingerprint(env: Environment, seed: int, count: int) -> str:
     """sha256 over ids, prompts and data of the first ``count`` tasks of both splits."""
-    rows = [
-        [task.id, env.prompt_text(task), task.data]
-        for split in SPLITS
-        for task in env.tasks(split, seed, count)
-    ]
+    rows = [[task.id, env.prompt_text(task), task.data] for split in SPLITS for task in env.tasks(split, seed, count)]
     return hashlib.sha256(json.dumps(rows, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
@@ -42,7 +38,11 @@ def fingerprint_in_subprocess(env: Environment, seed: int, count: int) -> str:
     environ = {**os.environ, "PYTHONHASHSEED": OTHER_HASH_SEED, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     result = subprocess.run(
         [sys.executable, "-m", "nodus.core.testing.determinism", request],
-        capture_output=True, text=True, env=environ, timeout=SUBPROCESS_TIMEOUT_S, check=False,
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=SUBPROCESS_TIMEOUT_S,
+        check=False,
     )
     if result.returncode != 0:
         raise RuntimeError(f"subprocess failed: {result.stderr.strip().splitlines()[-1:] or result.returncode}")

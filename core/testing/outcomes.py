@@ -60,8 +60,13 @@ def grade_in_process(env: Environment, task: Task, completion: str) -> Outcome:
     try:
         grade = env.grade(task, completion)
     except Exception as error:  # the check exists to find this: report it, never propagate it
-        return Outcome(None, None, "", error=f"raised {type(error).__name__}: {str(error)[:200]}",
-                       seconds=time.perf_counter() - started)
+        return Outcome(
+            None,
+            None,
+            "",
+            error=f"raised {type(error).__name__}: {str(error)[:200]}",
+            seconds=time.perf_counter() - started,
+        )
     return outcome_of(grade, time.perf_counter() - started)
 
 

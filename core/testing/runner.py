@@ -105,7 +105,9 @@ def _check_generation(env: Environment, seed: int, count: int) -> CheckResult:
         return CheckResult(name, False, 2 * count, f"seed {seed}: {error}")
     if other != first:
         return CheckResult(
-            name, False, 2 * count,
+            name,
+            False,
+            2 * count,
             f"seed {seed}: PYTHONHASHSEED={determinism.OTHER_HASH_SEED} in a subprocess gave different tasks",
         )
     return CheckResult(name, True, 2 * count)
@@ -222,8 +224,9 @@ def _time_row(graded: Graded, limit: float) -> CheckResult:
 
     counter = _first(graded, bad)
     slowest = max((o.seconds or 0.0 for _, o in graded), default=0.0)
-    return CheckResult("grade_within_time_limit", counter is None, len(graded), counter,
-                       note=f"slowest {slowest:.3f} s of {limit:g} s")
+    return CheckResult(
+        "grade_within_time_limit", counter is None, len(graded), counter, note=f"slowest {slowest:.3f} s of {limit:g} s"
+    )
 
 
 def _what(outcome: Outcome) -> str | None:

@@ -36,6 +36,7 @@ def hostile_text() -> st.SearchStrategy[str]:
 
 def near_miss(reference: str) -> st.SearchStrategy[str]:
     """The reference with one seeded small break (a changed digit, a cut, a NUL...)."""
+
     def broken(seed: int) -> str:
         rng = random.Random(seed)
         options = [text for _, text in near_misses(reference, rng)]

@@ -163,3 +163,18 @@ def test_grading_without_a_sandbox_warns_every_time() -> None:
         assert result.returncode == 0
         assert "with sandbox='none'" in result.stderr and "only for trusted graders" in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_sandbox_limits_can_be_overridden_and_are_checked() -> None:
+    args = ("grade", "--env", "graph-coloring@1", "--split", "heldout", "--index", "0", "--reference")
+    assert grpo(*args, "--limit", "wall_time_s=30").returncode == 0
+    assert_user_error(
+        grpo(*args, "--limit", "wall_time_s=0"),
+        "grpo: error: invalid sandbox limits {'wall_time_s': 0}: wall_time_s: Input should be greater than 0; the "
+        "limits and their bounds are the fields of nodus.sandbox.SandboxLimits (wall_time_s, cpu_time_s, memory_mb, "
+        "max_processes, max_file_size_mb, max_output_bytes, tmpfs_mb, max_open_files, max_details_chars)",
+    )
+    assert_user_error(
+        grpo(*args, "--limit", "wall"),
+        "grpo: error: --limit 'wall' is not key=value; write e.g. --limit wall_time_s=30",
+    )
