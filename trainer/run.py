@@ -110,6 +110,7 @@ def train(job: TrainingJob, options: RunOptions, environment: Environment | None
     model, tokenizer = load_model_and_tokenizer(
         source, quantization="nf4" if spec.parameters.method == "QLoRA" else None
     )
+    warn_if_answers_cannot_fit(env, heldout, tokenizer, spec.parameters.max_completion_length, say)
     with grader:
         baseline = baseline_evaluation(run, model, tokenizer, env, heldout, grader, spec.parameters, say)
         warn_if_no_signal(baseline, say)
@@ -199,6 +200,23 @@ def baseline_evaluation(
         f"({format_duration(baseline.seconds)})"
     )
     return baseline
+
+
+def warn_if_answers_cannot_fit(env: Environment, tasks: list[Task], tokenizer: Any, limit: int, say: Any) -> None:
+    """A reference answer longer than maxCompletionLength means a correct completion is cut off: say so early."""
+    lengths = []
+    for task in tasks:
+        try:
+            lengths.append(len(tokenizer(env.reference(task), add_special_tokens=False)["input_ids"]))
+        except NodusError:  # an environment without reference answers (e.g. a function environment)
+            return
+    too_long = [n for n in lengths if n > limit]
+    if too_long:
+        say(
+            f"warning: the reference answers of {len(too_long)} of {len(tasks)} held-out tasks are longer than "
+            f"maxCompletionLength ({max(too_long)} > {limit} tokens), so a correct answer there is cut off; raise "
+            f"--max-completion-length to at least {max(lengths)}"
+        )
 
 
 def warn_if_no_signal(baseline: Evaluation, say: Any) -> None:

@@ -11,8 +11,20 @@ from pathlib import Path
 import pytest
 
 GRPO = str(Path(sys.executable).with_name("grpo"))
-TOY = ["--env", "test/letters@1", "--train-tasks", "64", "--held-out-tasks", "8", "--num-generations", "4",
-       "--batch-size", "8", "--max-completion-length", "8"]
+TOY = [
+    "--env",
+    "test/letters@1",
+    "--train-tasks",
+    "64",
+    "--held-out-tasks",
+    "8",
+    "--num-generations",
+    "4",
+    "--batch-size",
+    "8",
+    "--max-completion-length",
+    "8",
+]
 
 
 def grpo(*args: str | Path, timeout: int = 600) -> subprocess.CompletedProcess[str]:
@@ -22,8 +34,22 @@ def grpo(*args: str | Path, timeout: int = 600) -> subprocess.CompletedProcess[s
 def test_held_out_reward_rises_and_the_run_reports_it(tiny_model: Path, tmp_path: Path) -> None:
     # Full fine-tuning of a 2-layer random model at a high rate: the smallest setting that learns in seconds.
     out = tmp_path / "run"
-    result = grpo("train", "--model", tiny_model, *TOY, "--method", "Full", "--learning-rate", "1e-2",
-                  "--max-steps", "60", "--save-steps", "30", "--output", out)
+    result = grpo(
+        "train",
+        "--model",
+        tiny_model,
+        *TOY,
+        "--method",
+        "Full",
+        "--learning-rate",
+        "1e-2",
+        "--max-steps",
+        "60",
+        "--save-steps",
+        "30",
+        "--output",
+        out,
+    )
     assert result.returncode == 0, result.stderr
     results = json.loads((out / "results.json").read_text())
     assert results["status"] == "completed"
@@ -43,8 +69,20 @@ def test_held_out_reward_rises_and_the_run_reports_it(tiny_model: Path, tmp_path
 
 def test_kill_9_then_rerun_resumes_and_reuses_the_baseline(tiny_model: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    args = ["train", "--model", str(tiny_model), *TOY, "--learning-rate", "1e-3", "--max-steps", "40",
-            "--save-steps", "5", "--output", str(out)]
+    args = [
+        "train",
+        "--model",
+        str(tiny_model),
+        *TOY,
+        "--learning-rate",
+        "1e-3",
+        "--max-steps",
+        "40",
+        "--save-steps",
+        "5",
+        "--output",
+        str(out),
+    ]
     process = subprocess.Popen([GRPO, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     while not list((out / "checkpoints").glob("checkpoint-*/COMPLETE.json")):
@@ -76,8 +114,22 @@ def test_kill_9_then_rerun_resumes_and_reuses_the_baseline(tiny_model: Path, tmp
 def test_cost_cap_stops_training_and_records_the_status(tiny_model: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     # $360/h is 10 cents a second: a $2.00 cap (20 s of the whole run) allows well under the 400 steps asked for.
-    result = grpo("train", "--model", tiny_model, *TOY, "--max-steps", "400", "--save-steps", "200",
-                  "--gpu-rate", "360", "--max-cost-usd", "2.00", "--output", out)
+    result = grpo(
+        "train",
+        "--model",
+        tiny_model,
+        *TOY,
+        "--max-steps",
+        "400",
+        "--save-steps",
+        "200",
+        "--gpu-rate",
+        "360",
+        "--max-cost-usd",
+        "2.00",
+        "--output",
+        out,
+    )
     assert result.returncode == 0, result.stderr
     results = json.loads((out / "results.json").read_text())
     assert results["status"] == "stopped_by_cost_cap"
@@ -90,10 +142,28 @@ def test_cost_cap_stops_training_and_records_the_status(tiny_model: Path, tmp_pa
 def test_identical_rewards_are_diagnosed(tiny_model: Path, tmp_path: Path) -> None:
     # A random 2-layer model never answers a graph-coloring task: every reward is 0, so GRPO learns nothing.
     out = tmp_path / "run"
-    result = grpo("train", "--model", tiny_model, "--env", "graph-coloring@1", "--train-tasks", "8",
-                  "--held-out-tasks", "4", "--max-steps", "2", "--max-completion-length", "8", "--output", out)
+    result = grpo(
+        "train",
+        "--model",
+        tiny_model,
+        "--env",
+        "graph-coloring@1",
+        "--train-tasks",
+        "8",
+        "--held-out-tasks",
+        "4",
+        "--max-steps",
+        "2",
+        "--max-completion-length",
+        "8",
+        "--output",
+        out,
+    )
     assert result.returncode == 0, result.stderr
     assert "warning: every held-out baseline score is 0" in result.stderr
+    assert (
+        "warning: the reference answers of 4 of 4 held-out tasks are longer than maxCompletionLength" in result.stderr
+    )
     diagnostics = json.loads((out / "results.json").read_text())["diagnostics"]
     assert diagnostics["rewardSignal"].startswith("warning: every training reward was 0.0, so every group had zero")
     assert diagnostics["zeroVarianceGroupFraction"] == 1.0
@@ -102,12 +172,20 @@ def test_identical_rewards_are_diagnosed(tiny_model: Path, tmp_path: Path) -> No
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--method", "QLoRA"], "grpo: error: method QLoRA needs a CUDA GPU (bitsandbytes NF4 kernels); on this "
-                                "machine use --method LoRA"),
-        (["--max-cost-usd", "5"], "grpo: error: maxCostUSD needs an hourly rate to measure spend against: pass --gpu "
-                                  "NAME (see 'grpo estimate --help') or --gpu-rate USD_PER_HOUR"),
-        (["--gpu", "tpu"], "grpo: error: unknown GPU 'tpu'; known GPUs: H100 SXM 80 GB (h100), A100 80 GB (a100), "
-                           "L40S 48 GB (l40s), RTX 4090 24 GB (4090), RTX A6000 48 GB (a6000)"),
+        (
+            ["--method", "QLoRA"],
+            "grpo: error: method QLoRA needs a CUDA GPU (bitsandbytes NF4 kernels); on this machine use --method LoRA",
+        ),
+        (
+            ["--max-cost-usd", "5"],
+            "grpo: error: maxCostUSD needs an hourly rate to measure spend against: pass --gpu "
+            "NAME (see 'grpo estimate --help') or --gpu-rate USD_PER_HOUR",
+        ),
+        (
+            ["--gpu", "tpu"],
+            "grpo: error: unknown GPU 'tpu'; known GPUs: H100 SXM 80 GB (h100), A100 80 GB (a100), "
+            "L40S 48 GB (l40s), RTX 4090 24 GB (4090), RTX A6000 48 GB (a6000)",
+        ),
         (["--model", "hf://Qwen/Qwen3-0.6B"], None),
     ],
 )
