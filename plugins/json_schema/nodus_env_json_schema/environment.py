@@ -5,10 +5,10 @@ from __future__ import annotations
 import copy
 import json
 import random
-from functools import cached_property
 from typing import Any
 
-from nodus.core import Environment, Grade, Task
+from nodus.core import Grade, Task
+from nodus.core.data_file import FileBackedEnvironment
 from pydantic import BaseModel, ConfigDict, Field
 
 from nodus_env_json_schema.answer import NoJson, extract_json
@@ -27,30 +27,18 @@ class JsonSchemaParams(BaseModel):
     )
 
 
-class JsonSchema(Environment):
+class JsonSchema(FileBackedEnvironment):
     name = "json-schema"
     version = 1
     description = "Write a JSON value that satisfies a JSON Schema and the values the request fixes."
     Params = JsonSchemaParams
     sandbox_limits = {"wall_time_s": 10.0, "memory_mb": 512}
 
-    @cached_property
-    def task_set(self) -> TaskSet | None:
-        # Loaded on first use: a sandbox worker rebuilding the environment to grade needs only task.data.
-        return None if self.params.data is None else load_task_file(self.params.data)
+    def load_data_file(self, path: str) -> TaskSet:
+        return load_task_file(path)
 
-    def seed_inputs(self) -> list[Any]:
-        if self.task_set is None:
-            return super().seed_inputs()
-        # The file's content digest in place of its path: a changed file draws different tasks, a moved or
-        # reordered one the same (see datafile.py).
-        params = self.params.model_dump(mode="json", exclude={"data", *self.grading_params})
-        return [params, self.task_set.digest]
-
-    def generate(self, rng: random.Random) -> dict[str, Any]:
-        if self.task_set is None:
-            return generate_schema_task(rng, self.params.depth, self.params.fixed_values)
-        return copy.deepcopy(rng.choice(self.task_set.records))
+    def generate_built_in(self, rng: random.Random) -> dict[str, Any]:
+        return generate_schema_task(rng, self.params.depth, self.params.fixed_values)
 
     def prompt_text(self, task: Task) -> str:
         schema = json.dumps(task.data["schema"], indent=2, sort_keys=True)

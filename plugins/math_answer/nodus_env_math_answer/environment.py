@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import random
 import re
-from functools import cached_property
 from typing import Any
 
-from nodus.core import Environment, Grade, Task
+from nodus.core import Grade, Task
+from nodus.core.data_file import FileBackedEnvironment
 from pydantic import BaseModel, ConfigDict, Field
 
 from nodus_env_math_answer.datafile import ProblemSet, load_problem_file
@@ -31,7 +31,7 @@ class MathAnswerParams(BaseModel):
     )
 
 
-class MathAnswer(Environment):
+class MathAnswer(FileBackedEnvironment):
     name = "math-answer"
     version = 1
     description = "Arithmetic and algebra word problems (or your GSM8K/MATH file), graded by math equivalence."
@@ -40,24 +40,11 @@ class MathAnswer(Environment):
     # sympy parsing is untrusted work: bounded per job; math-verify + sympy need ~200 MiB resident.
     sandbox_limits = {"wall_time_s": 10.0, "cpu_time_s": 10.0, "memory_mb": 1024}
 
-    @cached_property
-    def problem_set(self) -> ProblemSet | None:
-        # Loaded on first use, not in __init__: a sandbox worker grading a task rebuilds the environment
-        # from its parameters but needs only task.data, and the file need not exist inside the jail.
-        return None if self.params.data is None else load_problem_file(self.params.data)
+    def load_data_file(self, path: str) -> ProblemSet:
+        return load_problem_file(path)
 
-    def seed_inputs(self) -> list[Any]:
-        if self.problem_set is None:
-            return super().seed_inputs()
-        # The file's content digest in place of its path: a changed file draws different tasks, a moved or
-        # reordered one the same (see datafile.py).
-        params = self.params.model_dump(mode="json", exclude={"data", *self.grading_params})
-        return [params, self.problem_set.digest]
-
-    def generate(self, rng: random.Random) -> dict[str, Any]:
-        if self.problem_set is None:
-            return generate_problem(rng, self.params.difficulty)
-        return dict(rng.choice(self.problem_set.records))
+    def generate_built_in(self, rng: random.Random) -> dict[str, Any]:
+        return generate_problem(rng, self.params.difficulty)
 
     def prompt_text(self, task: Task) -> str:
         return f"{task.data['question']}\n\n{INSTRUCTION}"

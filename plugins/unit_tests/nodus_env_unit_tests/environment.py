@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import random
-from functools import cached_property
 from typing import Any
 
-from nodus.core import Environment, Grade, Task
+from nodus.core import Grade, Task
+from nodus.core.data_file import FileBackedEnvironment
 from nodus.sandbox.spawner import ProgramLimits, run_program
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,7 +33,7 @@ class UnitTestsParams(BaseModel):
     time_limit_s: float = Field(5.0, gt=0, le=30, description="CPU and wall seconds for running one completion.")
 
 
-class UnitTests(Environment):
+class UnitTests(FileBackedEnvironment):
     name = "unit-tests"
     version = 1
     description = "Write a Python function that passes hidden unit tests (built-in, HumanEval or MBPP)."
@@ -43,25 +43,11 @@ class UnitTests(Environment):
     # The job covers the completion's own run (time_limit_s, at most 30 s) plus starting it and the tests.
     sandbox_limits = {"wall_time_s": 40.0, "cpu_time_s": 40.0, "memory_mb": 512, "max_processes": 32}
 
-    @cached_property
-    def problem_set(self) -> ProblemSet | None:
-        # Loaded on first use: a sandbox worker rebuilding the environment to grade needs only task.data.
-        if self.params.data is None:
-            return None
-        return load_problem_file(self.params.data, self.params.skip_unsupported)
+    def load_data_file(self, path: str) -> ProblemSet:
+        return load_problem_file(path, self.params.skip_unsupported)
 
-    def seed_inputs(self) -> list[Any]:
-        if self.problem_set is None:
-            return super().seed_inputs()
-        # The file's content digest in place of its path: a changed file draws different tasks, a moved or
-        # reordered one the same (see datafile.py).
-        params = self.params.model_dump(mode="json", exclude={"data", *self.grading_params})
-        return [params, self.problem_set.digest]
-
-    def generate(self, rng: random.Random) -> dict[str, Any]:
-        if self.problem_set is None:
-            return generate_problem(rng, self.params.num_tests)
-        return dict(rng.choice(self.problem_set.records))
+    def generate_built_in(self, rng: random.Random) -> dict[str, Any]:
+        return generate_problem(rng, self.params.num_tests)
 
     def prompt_text(self, task: Task) -> str:
         return f"{task.data['prompt']}\n\n{INSTRUCTION}"

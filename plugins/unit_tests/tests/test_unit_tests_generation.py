@@ -42,8 +42,8 @@ def write_jsonl(path: Path, records: list[object]) -> str:
 
 def test_humaneval_and_mbpp_records_become_tasks(tmp_path: Path) -> None:
     env = UnitTests({"data": write_jsonl(tmp_path / "p.jsonl", HUMANEVAL + MBPP)})
-    assert env.problem_set is not None
-    splits = [env.split_of(f"{record['prompt']}\n\n{INSTRUCTION}") for record in env.problem_set.records]
+    assert env.data_file is not None
+    splits = [env.split_of(f"{record['prompt']}\n\n{INSTRUCTION}") for record in env.data_file.records]
     tasks = env.tasks("train", 0, splits.count("train")) + env.tasks("heldout", 0, splits.count("heldout"))
     assert len(tasks) == 6
     by_source = {t.data["source"] for t in tasks}
@@ -69,7 +69,7 @@ def test_tests_with_computed_arguments_are_a_load_error_or_skipped(tmp_path: Pat
         UnitTests({"data": path}).tasks("train", 0, 1)
     assert isinstance(raised.value, NodusError) and "\n" not in str(raised.value)
     env = UnitTests({"data": path, "skip_unsupported": True})
-    assert env.problem_set is not None and env.problem_set.skipped == 1 and len(env.problem_set.records) == 3
+    assert env.data_file is not None and env.data_file.skipped == 1 and len(env.data_file.records) == 3
 
 
 @pytest.mark.parametrize(

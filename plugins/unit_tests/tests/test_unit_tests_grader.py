@@ -26,9 +26,9 @@ def tasks(fast_programs: int, tmp_path_factory: pytest.TempPathFactory) -> dict[
     path = tmp_path_factory.mktemp("data") / "p.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in HUMANEVAL + MBPP))
     env = UnitTests({"data": str(path)})
-    assert env.problem_set is not None
+    assert env.data_file is not None
     by_source: dict[str, Task] = {}
-    for index, record in enumerate(env.problem_set.records):
+    for index, record in enumerate(env.data_file.records):
         task = Task(env=env.id_text(), id=f"file-{index}", split="train", seed=0, index=index, draw=0, data=record)
         by_source.setdefault(record["source"], task)
     return {"generated": ENV.task("heldout", 918273, 0), **by_source}
