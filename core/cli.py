@@ -81,6 +81,13 @@ param_option = click.option(
 seed_option = click.option("--seed", type=int, default=42, show_default=True, help="Seed of the task stream.")
 split_option = click.option("--split", type=click.Choice(["train", "heldout"]), required=True, help="Which split.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+sandbox_option = click.option(
+    "--sandbox",
+    type=click.Choice(["nsjail", "none"]),
+    default="nsjail",
+    show_default=True,
+    help="Where the grader runs: nsjail (as training does), or 'none' in this process (trusted graders only).",
+)
 limit_option = click.option(
     "--limit",
     "limits",
@@ -183,13 +190,7 @@ def tasks(
     help="File with the completion, or - for stdin.",
 )
 @click.option("--reference", is_flag=True, help="Grade the environment's reference answer.")
-@click.option(
-    "--sandbox",
-    type=click.Choice(["nsjail", "none"]),
-    default="nsjail",
-    show_default=True,
-    help="Where the grader runs; 'none' runs it in this process (trusted graders only).",
-)
+@sandbox_option
 @param_option
 @limit_option
 @json_option
@@ -227,13 +228,7 @@ def grade(
 @cli.command()
 @env_option
 @click.option("--examples", type=click.IntRange(min=1), default=16, show_default=True, help="Tasks sampled per check.")
-@click.option(
-    "--sandbox",
-    type=click.Choice(["nsjail", "none"]),
-    default="nsjail",
-    show_default=True,
-    help="Grade in the sandbox (as training does) or in this process.",
-)
+@sandbox_option
 @param_option
 @limit_option
 @json_option

@@ -266,13 +266,19 @@ def _hub_unavailable_message(source: ModelSource, what_is_missing: str) -> str:
     )
 
 
-def _nf4_kwargs(quantization: str, device: str | None) -> dict[str, Any]:
+def require_nf4_device(device: str | None = None) -> None:
+    """NF4 (QLoRA) runs on a CUDA GPU only; the trainer calls this before any work, loading calls it again."""
     import torch
 
-    if quantization != "nf4":
-        raise QuantizationUnavailable(f"unknown quantization {quantization!r}: the only one is 'nf4' (QLoRA)")
     if not torch.cuda.is_available() or (device is not None and not device.startswith("cuda")):
         raise QuantizationUnavailable("QLoRA needs a CUDA GPU (bitsandbytes NF4); on CPU use --method LoRA")
+
+
+def _nf4_kwargs(quantization: str, device: str | None) -> dict[str, Any]:
+    if quantization != "nf4":
+        raise QuantizationUnavailable(f"unknown quantization {quantization!r}: the only one is 'nf4' (QLoRA)")
+    require_nf4_device(device)
+    import torch
     from transformers import BitsAndBytesConfig
 
     config = BitsAndBytesConfig(

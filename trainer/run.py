@@ -26,7 +26,7 @@ from nodus.core.grading import Grader
 from nodus.core.registry import get_registry
 from nodus.trainer.callbacks import CostMeter, RunCallback, format_duration
 from nodus.trainer.evaluate import Evaluation, evaluate
-from nodus.trainer.models import load_model_and_tokenizer, resolve_model
+from nodus.trainer.models import load_model_and_tokenizer, require_nf4_device, resolve_model
 from nodus.trainer.pricing import lookup_gpu
 from nodus.trainer.results import paired_comparison, plot_rewards, reward_signal, versions
 from nodus.trainer.rewards import SandboxReward, prompt_dataset
@@ -171,10 +171,8 @@ def check_supported(job: TrainingJob) -> None:
             "version of nodus; remove spec.distributed to train on one device"
         )
     parameters = job.spec.parameters
-    if parameters.method == "QLoRA" and not torch.cuda.is_available():
-        raise InvalidJobSpec(
-            "method QLoRA needs a CUDA GPU (bitsandbytes NF4 kernels); on this machine use --method LoRA"
-        )
+    if parameters.method == "QLoRA":
+        require_nf4_device()
 
 
 def baseline_evaluation(

@@ -15,8 +15,18 @@ def share_of_a(prompt: str, completion: str) -> float:
 def test_train_on_a_python_reward_function(tiny_model: Path, tmp_path: Path) -> None:
     prompts = [f"Task {i}: write a" for i in range(80)]
     results = api.train_on_function(
-        prompts, share_of_a, name="letters", output=tmp_path / "run", quiet=True, model=str(tiny_model),
-        method="Full", learning_rate=1e-2, max_steps=60, num_generations=4, batch_size=8, max_completion_length=8,
+        prompts,
+        share_of_a,
+        name="letters",
+        output=tmp_path / "run",
+        quiet=True,
+        model=str(tiny_model),
+        method="Full",
+        learning_rate=1e-2,
+        max_steps=60,
+        num_generations=4,
+        batch_size=8,
+        max_completion_length=8,
     )
     assert results["environment"] == "local/letters@1"
     assert results["job"]["spec"]["sandbox"] == "none"

@@ -174,7 +174,7 @@ def test_identical_rewards_are_diagnosed(tiny_model: Path, tmp_path: Path) -> No
     [
         (
             ["--method", "QLoRA"],
-            "grpo: error: method QLoRA needs a CUDA GPU (bitsandbytes NF4 kernels); on this machine use --method LoRA",
+            "grpo: error: QLoRA needs a CUDA GPU (bitsandbytes NF4); on CPU use --method LoRA",
         ),
         (
             ["--max-cost-usd", "5"],
