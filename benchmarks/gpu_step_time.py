@@ -1,0 +1,317 @@
+"""GRPO step time on one GPU: stock TRL against nodus' fast rollouts, side by side in one call.
+
+    python benchmarks/gpu_step_time.py                      # both shapes, stock and fast paths
+    SMOKE=1 .venv/bin/python benchmarks/gpu_step_time.py    # tiny shapes on the CPU: checks the script itself
+    python benchmarks/gpu_step_time.py --shapes qwen3-0.6b --paths stock,fast,fast-compiled --json-out r.jsonl
+
+The job is the shared anchor `../shared/bench/trl_stock_grpo.py` (override with --stock-script or NODUS_SHARED):
+random weights of the Qwen3 shape (same FLOPs and bytes as trained ones), 4 generations x 8 completions per step,
+96-token prompts, 64 new tokens forced (EOS suppressed), LoRA r=8 on every linear layer, bf16, gradient
+checkpointing, beta 0. This script runs that very function once per path, swapping only the trainer class:
+`stock` is TRL's GRPOTrainer, `fast` is nodus.trainer.fast_grpo.FastGRPOTrainer (same loss and update, rollouts
+from a static KV cache replayed as a CUDA graph), `fast-compiled` additionally compiles the decoder layer with
+torch.compile. So every setting but the rollout engine is identical by construction.
+
+Printed per path: median/min/max seconds per step (first 3 steps dropped as warm-up), the ratio to stock measured in
+this run, peak GPU memory, and where the time goes (sampling, the rest of the rollout: decoding, rewards and
+advantages; the update). Then a fidelity check on the trained fast model: the sampler's per-token
+log-probabilities against the training model's own (TRL's `_get_per_token_logps_and_entropies`) on the same tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+# Variations of the anchor's settings, appended to a path as +NAME (reported as separate rows, never as the headline).
+CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
+    "nogc": {"gradient_checkpointing": False},  # trade memory for one forward pass less per step
+    "tc": {"torch_compile": True},  # transformers compiles the training model's forward
+}
+REQUIRED = ("torch", "transformers", "peft", "accelerate", "trl", "datasets")
+
+
+def check_imports() -> None:
+    missing = [name for name in REQUIRED if importlib.util.find_spec(name) is None]
+    if missing:
+        sys.exit(f"error: missing Python packages: {', '.join(missing)}; install them (pip install {' '.join(missing)})"
+                 " or carry their wheels to this machine")
+
+
+def import_nodus_trainer() -> None:
+    """Make `nodus.trainer` importable from a plain checkout (no pip install on a bare GPU machine)."""
+    try:
+        importlib.import_module("nodus.trainer.fast_grpo")
+        return
+    except ModuleNotFoundError:
+        pass
+    shim = Path(tempfile.mkdtemp(prefix="nodus-shim-")) / "nodus"
+    shim.mkdir()
+    for package in ("core", "sandbox", "trainer"):
+        (shim / package).symlink_to(REPO / package)
+    sys.path.insert(0, str(shim.parent))
+    importlib.invalidate_caches()
+
+
+def load_stock_module(path: Path) -> Any:
+    if not path.is_file():
+        sys.exit(f"error: stock benchmark {path} not found; pass --stock-script PATH or set NODUS_SHARED to the "
+                 "folder that holds bench/trl_stock_grpo.py")
+    spec = importlib.util.spec_from_file_location("trl_stock_grpo", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def make_trainer_class(fast: bool, compile_layers: bool) -> Any:
+    import torch
+    from nodus.trainer.fast_grpo import FastGRPOTrainer
+
+    class ProfiledTrainer(FastGRPOTrainer):  # type: ignore[misc]
+        """Records the rollout time (sampling + decoding + rewards + advantages) of every step."""
+
+        instances: list[Any] = []
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, fast_generation=fast, compile_layers=compile_layers, **kwargs)
+            self.rollout_times: list[float] = []
+            ProfiledTrainer.instances.append(self)
+
+        def _generate_and_score_completions(self, inputs: Any) -> Any:
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            started = time.perf_counter()
+            result = super()._generate_and_score_completions(inputs)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            self.rollout_times.append(time.perf_counter() - started)
+            return result
+
+    return ProfiledTrainer
+
+
+def fidelity(trainer: Any, n_prompts: int = 8) -> dict[str, Any]:
+    """Sampler log-probabilities vs the training model's on the same sampled tokens (relative L2 error)."""
+    import torch
+
+    rows = [trainer.train_dataset[i]["prompt"] for i in range(n_prompts)]
+    tokenizer = trainer.processing_class
+    prompt_ids = [tokenizer(text)["input_ids"] for text in rows]
+    sampler = trainer._sampler_for_step()
+    sampler.refresh()
+    rollout = sampler.generate(prompt_ids)
+    device = trainer.accelerator.device
+    width = max(len(p) for p in prompt_ids)
+    ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in prompt_ids], device=device)
+    prompt_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids], device=device)
+    completion = rollout.tokens.to(device)
+    completion_mask = torch.zeros_like(completion)
+    for b, n in enumerate(rollout.lengths):
+        completion_mask[b, :n] = 1
+    with torch.no_grad():
+        reference, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, torch.cat([ids, completion], 1), torch.cat([prompt_mask, completion_mask], 1),
+            completion.shape[1], batch_size=n_prompts,
+        )
+    mask = completion_mask.bool()
+    ours, ref = rollout.logprobs.to(device)[mask].double(), reference[mask].double()
+    rel = ((ours - ref).norm() / ref.norm()).item()
+    lora_b_norm = sum(float(p.detach().float().norm()) for n, p in trainer.model.named_parameters() if "lora_B" in n)
+    return {"logprob_rel_err": round(rel, 6), "logprob_max_abs_diff": round((ours - ref).abs().max().item(), 4),
+            "tokens_compared": int(mask.sum()), "lora_B_norm_after_training": round(lora_b_norm, 6),
+            "pass": rel <= 1e-2}
+
+
+def run_path(stock: Any, shape: str, path: str, steps: int, check_fidelity: bool) -> dict[str, Any]:
+    import torch
+
+    engine, *options = path.split("+")
+    unknown = set(options) - set(CONFIG_OPTIONS)
+    if engine not in ("stock", "fast", "fast-compiled") or unknown:
+        raise ValueError(f"unknown path {path!r}: use stock, fast or fast-compiled, optionally +nogc, +tc")
+    trainer_class = make_trainer_class(fast=engine != "stock", compile_layers=engine == "fast-compiled")
+    results: list[dict[str, Any]] = []
+    config_class = stock.GRPOConfig
+    overrides: dict[str, Any] = {}
+    for option in options:
+        overrides.update(CONFIG_OPTIONS[option])
+
+    def config_with_overrides(*args: Any, **kwargs: Any) -> Any:
+        return config_class(*args, **{**kwargs, **overrides})
+
+    def capture(*args: Any, **kwargs: Any) -> None:
+        if args and args[0] == "RESULT":
+            results.append(json.loads(args[1]))
+        else:
+            print(*args, **kwargs)
+
+    stock.GRPOTrainer = trainer_class
+    stock.GRPOConfig = config_with_overrides
+    stock.print = capture
+    started = time.perf_counter()
+    try:
+        stock.run(shape, steps)
+    finally:
+        del stock.print
+        stock.GRPOConfig = config_class
+    if not results:
+        raise RuntimeError(f"{shape}/{path}: the stock run() reported nothing")
+    row = dict(results[0], path=path, call_s=round(time.perf_counter() - started, 1))
+    trainer = trainer_class.instances[-1]
+    warm = slice(3, None) if len(trainer.rollout_times) > 5 else slice(None)
+    gen, rollout = trainer.generation_times[warm], trainer.rollout_times[warm]
+    row["sampling_s_median"] = round(statistics.median(gen), 4) if gen else None
+    row["rollout_s_median"] = round(statistics.median(rollout), 4) if rollout else None
+    if gen and rollout:
+        row["scoring_s_median"] = round(statistics.median(r - g for r, g in zip(rollout, gen, strict=False)), 4)
+        row["update_s_median"] = round(row["step_s_median"] - row["rollout_s_median"], 4)
+    row["fast_path"] = trainer.fast_path_reason() or "used"
+    if trainer._sampler is not None:
+        row["cuda_graph"] = trainer._sampler.use_cuda_graph and trainer._sampler.capture_error is None
+        row["capture_error"] = trainer._sampler.capture_error
+    if check_fidelity and engine != "stock":
+        try:
+            row["fidelity"] = fidelity(trainer)
+        except Exception as error:  # report and go on: the timing rows still matter
+            row["fidelity"] = {"error": f"{type(error).__name__}: {error}"[:300]}
+    trainer_class.instances.clear()
+    del trainer
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return row
+
+
+def qlora_memory(stock: Any, shape: str = "qwen3-8b") -> dict[str, Any]:
+    """Peak GPU memory of a QLoRA GRPO step's parts on the random-weight shape: NF4 base (every decoder linear layer
+    as bitsandbytes Linear4bit with double quantization, embeddings and lm_head 16-bit), LoRA r=8 on all linear
+    layers, one forward+backward over 8 x (96 + 64) tokens with gradient checkpointing, and sampling 8 x 64 tokens."""
+    import bitsandbytes as bnb
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    vocab = stock.VOCAB
+    cfg = Qwen3Config(vocab_size=vocab, max_position_embeddings=4096, rope_theta=1e6, pad_token_id=vocab - 3,
+                      eos_token_id=vocab - 2, bos_token_id=None, **stock.SHAPES[shape])
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = Qwen3ForCausalLM(cfg).to(torch.bfloat16)
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, torch.nn.Linear) and name != "lm_head":
+                quantized = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=False,
+                                              compute_dtype=torch.bfloat16, compress_statistics=True, quant_type="nf4")
+                quantized.weight = bnb.nn.Params4bit(child.weight.data.cpu(), requires_grad=False,
+                                                     compress_statistics=True, quant_type="nf4")
+                setattr(parent, name, quantized.cuda())
+                del child
+    gc.collect()
+    torch.cuda.empty_cache()
+    base_gb = torch.cuda.memory_allocated() / 1e9
+    model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear"))
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.enable_input_require_grads()
+    lora_gb = torch.cuda.memory_allocated() / 1e9
+    torch.cuda.reset_peak_memory_stats()
+    ids = torch.randint(0, vocab - 3, (8, 160), device="cuda")
+    out = model(input_ids=ids, logits_to_keep=65)
+    logps = out.logits[:, :-1].float().log_softmax(-1).gather(2, ids[:, -64:, None])
+    (-logps.mean()).backward()
+    train_peak = torch.cuda.max_memory_allocated() / 1e9
+    del out, logps
+    model.zero_grad(set_to_none=True)
+    torch.cuda.reset_peak_memory_stats()
+    with torch.no_grad():
+        model.generate(input_ids=ids[:, :96], attention_mask=torch.ones_like(ids[:, :96]), max_new_tokens=64,
+                       min_new_tokens=64, do_sample=True, pad_token_id=vocab - 3)
+    generate_peak = torch.cuda.max_memory_allocated() / 1e9
+    lora_params = sum(p.numel() for n, p in model.named_parameters() if "lora_" in n)
+    del model
+    gc.collect()
+    torch.cuda.empty_cache()
+    return {"shape": shape, "nf4_base_gb": round(base_gb, 3), "with_lora_gb": round(lora_gb, 3),
+            "train_step_peak_gb": round(train_peak, 3), "generate_peak_gb": round(generate_peak, 3),
+            "lora_params": lora_params}
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    stock_median = {r["config"]: r["step_s_median"] for r in rows if r["path"] == "stock"}
+    header = (f"{'shape':<11} {'path':<14} {'median s':>9} {'min':>7} {'max':>7} {'x stock':>8} {'peak GB':>8} "
+              f"{'sample s':>9} {'score s':>8} {'update s':>9}")
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        base = stock_median.get(r["config"])
+        ratio = f"{base / r['step_s_median']:.1f}" if base and r["step_s_median"] else "-"
+        print(f"{r['config']:<11} {r['path']:<14} {r['step_s_median']:>9.3f} {r['step_s_min']:>7.3f} "
+              f"{r['step_s_max']:>7.3f} {ratio:>8} {str(r.get('peak_mem_gb')):>8} "
+              f"{str(r.get('sampling_s_median')):>9} {str(r.get('scoring_s_median')):>8} "
+              f"{str(r.get('update_s_median')):>9}")
+    for r in rows:
+        if "fidelity" in r:
+            print(f"fidelity {r['config']}/{r['path']}: {json.dumps(r['fidelity'])}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    shared = Path(os.environ.get("NODUS_SHARED", REPO.parent / "shared"))
+    parser.add_argument("--stock-script", type=Path, default=shared / "bench" / "trl_stock_grpo.py")
+    parser.add_argument("--plan", default="qwen3-0.6b=stock,fast,fast-compiled;qwen3-8b=stock,fast-compiled",
+                        help="SHAPE=PATH,PATH;SHAPE=...: paths are stock, fast, fast-compiled, each optionally "
+                        "+nogc (no gradient checkpointing) and/or +tc (torch_compile of the training model)")
+    parser.add_argument("--qlora-memory", action="store_true", help="also measure QLoRA memory on the 8B shape")
+    parser.add_argument("--steps", default="qwen3-0.6b=12,qwen3-8b=8",
+                        help="steps per shape (the first 3 are dropped as warm-up)")
+    parser.add_argument("--json-out", type=Path, help="append one JSON line per path here")
+    args = parser.parse_args()
+    check_imports()
+    import_nodus_trainer()
+    stock = load_stock_module(args.stock_script)
+    import peft
+    import torch
+    import transformers
+    import trl
+
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    print(f"versions torch {torch.__version__} transformers {transformers.__version__} trl {trl.__version__} "
+          f"peft {peft.__version__} device {device} smoke {stock.SMOKE}", flush=True)
+    steps = {k: int(v) for k, v in (item.split("=") for item in args.steps.split(","))}
+    rows = []
+    plan = [(shape, paths.split(",")) for shape, paths in (item.split("=") for item in args.plan.split(";"))]
+    for shape, paths in plan:
+        for path in paths:
+            try:
+                row = run_path(stock, shape, path, steps.get(shape, 8), check_fidelity=True)
+            except Exception as error:  # keep going: the other paths still report
+                print(f"FAILED {shape}/{path}: {type(error).__name__}: {str(error)[:800]}", flush=True)
+                continue
+            row.update(device=device, torch=torch.__version__, transformers=transformers.__version__,
+                       trl=trl.__version__, peft=peft.__version__, date=time.strftime("%Y-%m-%d"))
+            print("ROW", json.dumps(row), flush=True)
+            if args.json_out:
+                with args.json_out.open("a") as handle:
+                    handle.write(json.dumps(row) + "\n")
+            rows.append(row)
+    print_table(rows)
+    if args.qlora_memory:
+        try:
+            print("QLORA", json.dumps(qlora_memory(stock)), flush=True)
+        except Exception as error:
+            print(f"FAILED qlora-memory: {type(error).__name__}: {str(error)[:800]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""TRL's GRPOTrainer with rollouts sampled by `StaticCacheSampler` instead of `model.generate`.
+
+Only sampling changes. Prompts, rewards, advantages, the loss and the optimizer step are TRL's own code, so the
+GRPO update is the stock one by construction; what the fast path must get right is the sampling distribution, and
+the tests and `benchmarks/gpu_step_time.py` check it against the training model's own log-probabilities.
+Configurations the sampler does not cover (vLLM, paged generation, images, tools, other architectures, quantized
+weights, repetition penalty, min-p) go to TRL's own generation, with one log line saying why.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import torch
+from trl import GRPOTrainer
+
+from nodus.trainer.fast_generation import Rollout, SamplingSettings, StaticCacheSampler, unsupported_reason
+
+log = logging.getLogger(__name__)
+
+
+class FastGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
+    """GRPOTrainer whose rollouts come from a static-cache, CUDA-graph sampler.
+
+    `fast_generation=False` makes it a plain GRPOTrainer (kept so one class serves both paths in benchmarks).
+    `generation_times` records the wall time of each rollout (synchronised on CUDA), for profiling.
+    """
+
+    def __init__(self, *args: Any, fast_generation: bool = True, compile_layers: bool = False, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.fast_generation = fast_generation
+        self.compile_layers = compile_layers
+        self.generation_times: list[float] = []
+        self.last_rollout: Rollout | None = None
+        self._sampler: StaticCacheSampler | None = None
+        self._sampler_step = -1
+        self._fallback_reason: str | None = None
+
+    def fast_path_reason(self) -> str | None:
+        """Why rollouts use TRL's generation instead of the fast sampler; None when the fast sampler is used."""
+        if not self.fast_generation:
+            return "fast generation switched off"
+        if self.use_vllm:
+            return "vLLM generation requested"
+        if self.use_transformers_continuous_batching:
+            return "transformers paged generation requested"
+        if getattr(self, "tools", None):
+            return "tool calling"
+        model = self.accelerator.unwrap_model(self.model)
+        return unsupported_reason(model, self.generation_config)
+
+    def _generate_single_turn(
+        self, prompt_ids: Any, images: Any, multimodal_fields: Any, num_generations: int, has_tool_images: bool = False
+    ) -> tuple[list[list[int]], list[list[float]] | None]:
+        started = _now(self.accelerator.device)
+        if self._fallback_reason is None and not (images or multimodal_fields):
+            self._fallback_reason = self.fast_path_reason() or ""
+            if self._fallback_reason:
+                log.info("Rollouts use TRL's model.generate: %s.", self._fallback_reason)
+        if self._fallback_reason or images or multimodal_fields:
+            result = super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+            )
+        else:
+            rollout = self._sampler_for_step().generate([list(p) for p in prompt_ids])
+            self.last_rollout = rollout
+            # TRL's own generate path returns no sampling log-probabilities; keep its behaviour identical.
+            result = (rollout.completion_ids(), None)
+        self.generation_times.append(_now(self.accelerator.device) - started)
+        return result
+
+    def _sampler_for_step(self) -> StaticCacheSampler:
+        if self._sampler is None:
+            model = self.accelerator.unwrap_model(self.model)
+            settings = SamplingSettings.from_generation_config(self.generation_config, list(self.eos_token_ids))
+            self._sampler = StaticCacheSampler(
+                model, settings, pad_token_id=self._tokenizer.pad_token_id, compile_layers=self.compile_layers
+            )
+            self._sampler_step = self.state.global_step
+        elif self._sampler_step != self.state.global_step:
+            self._sampler.refresh()  # the optimizer moved the weights since the last rollout
+            self._sampler_step = self.state.global_step
+        return self._sampler
+
+
+def _now(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
