@@ -8,9 +8,10 @@ The job is the shared anchor `../shared/bench/trl_stock_grpo.py` (override with 
 random weights of the Qwen3 shape (same FLOPs and bytes as trained ones), 4 generations x 8 completions per step,
 96-token prompts, 64 new tokens forced (EOS suppressed), LoRA r=8 on every linear layer, bf16, gradient
 checkpointing, beta 0. This script runs that very function once per path, swapping only the trainer class:
-`stock` is TRL's GRPOTrainer, `fast` is nodus.trainer.fast_grpo.FastGRPOTrainer (same loss and update, rollouts
-from a static KV cache replayed as a CUDA graph), `fast-compiled` additionally compiles the decoder layer with
-torch.compile. So every setting but the rollout engine is identical by construction.
+`stock` is TRL's GRPOTrainer, `fast` is nodus.trainer.fast_grpo.FastGRPOTrainer (TRL's loss, advantages and
+optimizer step; rollouts from a static KV cache replayed as a CUDA graph; the training forward's decoder stack
+written out over the sampler's fused weights), `fast-compiled` additionally compiles both decoder-layer functions
+with torch.compile. Every setting of the job is the anchor's, by construction.
 
 Printed per path: median/min/max seconds per step (first 3 steps dropped as warm-up), the ratio to stock measured in
 this run, peak GPU memory, and where the time goes (sampling, the rest of the rollout: decoding, rewards and
@@ -34,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-# Variations of the anchor's settings, appended to a path as +NAME (reported as separate rows, never as the headline).
+# Variations of the anchor's settings, appended to a path as +NAME (reported as separate rows, never as the headline);
+# +hf-forward keeps the fast sampler but trains through the model's own (transformers + peft) forward.
 CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
     "nogc": {"gradient_checkpointing": False},  # trade memory for one forward pass less per step
     "tc": {"torch_compile": True},  # transformers compiles the training model's forward
@@ -45,8 +47,10 @@ REQUIRED = ("torch", "transformers", "peft", "accelerate", "trl", "datasets")
 def check_imports() -> None:
     missing = [name for name in REQUIRED if importlib.util.find_spec(name) is None]
     if missing:
-        sys.exit(f"error: missing Python packages: {', '.join(missing)}; install them (pip install {' '.join(missing)})"
-                 " or carry their wheels to this machine")
+        sys.exit(
+            f"error: missing Python packages: {', '.join(missing)}; install them (pip install {' '.join(missing)})"
+            " or carry their wheels to this machine"
+        )
 
 
 def import_nodus_trainer() -> None:
@@ -66,8 +70,10 @@ def import_nodus_trainer() -> None:
 
 def load_stock_module(path: Path) -> Any:
     if not path.is_file():
-        sys.exit(f"error: stock benchmark {path} not found; pass --stock-script PATH or set NODUS_SHARED to the "
-                 "folder that holds bench/trl_stock_grpo.py")
+        sys.exit(
+            f"error: stock benchmark {path} not found; pass --stock-script PATH or set NODUS_SHARED to the "
+            "folder that holds bench/trl_stock_grpo.py"
+        )
     spec = importlib.util.spec_from_file_location("trl_stock_grpo", path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
@@ -75,7 +81,7 @@ def load_stock_module(path: Path) -> Any:
     return module
 
 
-def make_trainer_class(fast: bool, compile_layers: bool) -> Any:
+def make_trainer_class(fast: bool, compile_layers: bool, fast_training: bool) -> Any:
     import torch
     from nodus.trainer.fast_grpo import FastGRPOTrainer
 
@@ -85,7 +91,13 @@ def make_trainer_class(fast: bool, compile_layers: bool) -> Any:
         instances: list[Any] = []
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, fast_generation=fast, compile_layers=compile_layers, **kwargs)
+            super().__init__(
+                *args,
+                fast_generation=fast,
+                fast_training=fast and fast_training,
+                compile_layers=compile_layers,
+                **kwargs,
+            )
             self.rollout_times: list[float] = []
             ProfiledTrainer.instances.append(self)
 
@@ -102,51 +114,94 @@ def make_trainer_class(fast: bool, compile_layers: bool) -> Any:
     return ProfiledTrainer
 
 
-def fidelity(trainer: Any, n_prompts: int = 8) -> dict[str, Any]:
-    """Sampler log-probabilities vs the training model's on the same sampled tokens (relative L2 error)."""
+def _lora_grads(trainer: Any, inputs: Any) -> tuple[float, Any]:
     import torch
 
-    rows = [trainer.train_dataset[i]["prompt"] for i in range(n_prompts)]
-    tokenizer = trainer.processing_class
-    prompt_ids = [tokenizer(text)["input_ids"] for text in rows]
-    sampler = trainer._sampler_for_step()
-    sampler.refresh()
-    rollout = sampler.generate(prompt_ids)
-    device = trainer.accelerator.device
-    width = max(len(p) for p in prompt_ids)
-    ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in prompt_ids], device=device)
-    prompt_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids], device=device)
-    completion = rollout.tokens.to(device)
-    completion_mask = torch.zeros_like(completion)
-    for b, n in enumerate(rollout.lengths):
-        completion_mask[b, :n] = 1
-    with torch.no_grad():
-        reference, _, _ = trainer._get_per_token_logps_and_entropies(
-            trainer.model, torch.cat([ids, completion], 1), torch.cat([prompt_mask, completion_mask], 1),
-            completion.shape[1], batch_size=n_prompts,
-        )
-    mask = completion_mask.bool()
-    ours, ref = rollout.logprobs.to(device)[mask].double(), reference[mask].double()
-    rel = ((ours - ref).norm() / ref.norm()).item()
-    lora_b_norm = sum(float(p.detach().float().norm()) for n, p in trainer.model.named_parameters() if "lora_B" in n)
-    return {"logprob_rel_err": round(rel, 6), "logprob_max_abs_diff": round((ours - ref).abs().max().item(), 4),
-            "tokens_compared": int(mask.sum()), "lora_B_norm_after_training": round(lora_b_norm, 6),
-            "pass": rel <= 1e-2}
+    trainer.model.zero_grad(set_to_none=True)
+    with trainer.accelerator.autocast():
+        loss = trainer.compute_loss(trainer.model, inputs)
+    loss.backward()
+    grads = [
+        p.grad.detach().float().flatten()
+        for n, p in trainer.model.named_parameters()
+        if "lora_" in n and p.grad is not None
+    ]
+    trainer.model.zero_grad(set_to_none=True)
+    return float(loss.detach()), torch.cat(grads)
+
+
+def fidelity(trainer: Any) -> dict[str, Any]:
+    """Same GRPO on one fixed batch: the fast path against the model's own (transformers + peft) forward.
+
+    One rollout batch (2 prompts x num_generations, sampled by the fast sampler, rewarded and normalised by TRL) is
+    scored three ways: the sampler's own log-probabilities, TRL's per-token log-probabilities through the fast
+    training backbone, and through the model's own forward (the stock path). Relative L2 errors; then TRL's loss
+    and the LoRA gradients through both forwards. Rewards and advantages are the same tensors for both, since
+    they are computed once by TRL's code."""
+    import torch
+
+    gens = trainer.num_generations
+    rows = [trainer.train_dataset[i // gens] for i in range(2 * gens)]
+    inputs = trainer._generate_and_score_completions(rows)
+    rollout = trainer.last_rollout
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+    mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+    keep = inputs["completion_ids"].shape[1]
+    completion_mask = inputs["completion_mask"].bool()
+
+    def logps() -> Any:
+        with torch.no_grad():
+            return trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, keep)[0][completion_mask]
+
+    def rel(a: Any, b: Any) -> float:
+        return round(((a.double() - b.double()).norm() / b.double().norm()).item(), 6)
+
+    backbone = trainer.backbone
+    fast_logps = logps()
+    fast_loss, fast_grads = _lora_grads(trainer, inputs)
+    if backbone is not None:
+        backbone.uninstall()
+    try:
+        stock_logps = logps()
+        stock_loss, stock_grads = _lora_grads(trainer, inputs)
+    finally:
+        if backbone is not None:
+            backbone.install()
+    sampler_logps = rollout.logprobs[:, :keep].to(stock_logps.device)[completion_mask.cpu()] if rollout else None
+    result = {
+        "tokens": int(completion_mask.sum()),
+        "advantages_nonzero": int((inputs["advantages"] != 0).sum()),
+        "train_logps_rel_err": rel(fast_logps, stock_logps),
+        "sampler_logps_rel_err": rel(sampler_logps, stock_logps) if sampler_logps is not None else None,
+        "loss_fast": round(fast_loss, 6),
+        "loss_stock": round(stock_loss, 6),
+        "loss_abs_diff": abs(fast_loss - stock_loss),
+        "lora_grad_rel_err": rel(fast_grads, stock_grads),
+        "lora_B_norm": round(
+            sum(float(p.detach().float().norm()) for n, p in trainer.model.named_parameters() if "lora_B" in n), 6
+        ),
+    }
+    # GRPO's loss is ~0 on policy (ratio 1, zero-mean advantages): its gradient is the quantity to compare.
+    errors = [result["train_logps_rel_err"], result["sampler_logps_rel_err"] or 0.0, result["lora_grad_rel_err"]]
+    result["pass"] = all(e <= 1e-2 for e in errors)
+    return result
 
 
 def run_path(stock: Any, shape: str, path: str, steps: int, check_fidelity: bool) -> dict[str, Any]:
     import torch
 
     engine, *options = path.split("+")
-    unknown = set(options) - set(CONFIG_OPTIONS)
+    unknown = set(options) - set(CONFIG_OPTIONS) - {"hf-forward"}
     if engine not in ("stock", "fast", "fast-compiled") or unknown:
-        raise ValueError(f"unknown path {path!r}: use stock, fast or fast-compiled, optionally +nogc, +tc")
-    trainer_class = make_trainer_class(fast=engine != "stock", compile_layers=engine == "fast-compiled")
+        raise ValueError(f"unknown path {path!r}: use stock, fast or fast-compiled, optionally +nogc, +tc, +hf-forward")
+    trainer_class = make_trainer_class(
+        fast=engine != "stock", compile_layers=engine == "fast-compiled", fast_training="hf-forward" not in options
+    )
     results: list[dict[str, Any]] = []
     config_class = stock.GRPOConfig
     overrides: dict[str, Any] = {}
     for option in options:
-        overrides.update(CONFIG_OPTIONS[option])
+        overrides.update(CONFIG_OPTIONS.get(option, {}))
 
     def config_with_overrides(*args: Any, **kwargs: Any) -> Any:
         return config_class(*args, **{**kwargs, **overrides})
@@ -178,6 +233,7 @@ def run_path(stock: Any, shape: str, path: str, steps: int, check_fidelity: bool
         row["scoring_s_median"] = round(statistics.median(r - g for r, g in zip(rollout, gen, strict=False)), 4)
         row["update_s_median"] = round(row["step_s_median"] - row["rollout_s_median"], 4)
     row["fast_path"] = trainer.fast_path_reason() or "used"
+    row["fast_training"] = trainer.training_fallback_reason or f"used ({trainer.backbone.calls} forwards)"
     if trainer._sampler is not None:
         row["cuda_graph"] = trainer._sampler.use_cuda_graph and trainer._sampler.capture_error is None
         row["capture_error"] = trainer._sampler.capture_error
@@ -204,18 +260,32 @@ def qlora_memory(stock: Any, shape: str = "qwen3-8b") -> dict[str, Any]:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     vocab = stock.VOCAB
-    cfg = Qwen3Config(vocab_size=vocab, max_position_embeddings=4096, rope_theta=1e6, pad_token_id=vocab - 3,
-                      eos_token_id=vocab - 2, bos_token_id=None, **stock.SHAPES[shape])
+    cfg = Qwen3Config(
+        vocab_size=vocab,
+        max_position_embeddings=4096,
+        rope_theta=1e6,
+        pad_token_id=vocab - 3,
+        eos_token_id=vocab - 2,
+        bos_token_id=None,
+        **stock.SHAPES[shape],
+    )
     torch.manual_seed(0)
     with torch.device("cuda"):
         model = Qwen3ForCausalLM(cfg).to(torch.bfloat16)
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, torch.nn.Linear) and name != "lm_head":
-                quantized = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=False,
-                                              compute_dtype=torch.bfloat16, compress_statistics=True, quant_type="nf4")
-                quantized.weight = bnb.nn.Params4bit(child.weight.data.cpu(), requires_grad=False,
-                                                     compress_statistics=True, quant_type="nf4")
+                quantized = bnb.nn.Linear4bit(
+                    child.in_features,
+                    child.out_features,
+                    bias=False,
+                    compute_dtype=torch.bfloat16,
+                    compress_statistics=True,
+                    quant_type="nf4",
+                )
+                quantized.weight = bnb.nn.Params4bit(
+                    child.weight.data.cpu(), requires_grad=False, compress_statistics=True, quant_type="nf4"
+                )
                 setattr(parent, name, quantized.cuda())
                 del child
     gc.collect()
@@ -235,31 +305,46 @@ def qlora_memory(stock: Any, shape: str = "qwen3-8b") -> dict[str, Any]:
     model.zero_grad(set_to_none=True)
     torch.cuda.reset_peak_memory_stats()
     with torch.no_grad():
-        model.generate(input_ids=ids[:, :96], attention_mask=torch.ones_like(ids[:, :96]), max_new_tokens=64,
-                       min_new_tokens=64, do_sample=True, pad_token_id=vocab - 3)
+        model.generate(
+            input_ids=ids[:, :96],
+            attention_mask=torch.ones_like(ids[:, :96]),
+            max_new_tokens=64,
+            min_new_tokens=64,
+            do_sample=True,
+            pad_token_id=vocab - 3,
+        )
     generate_peak = torch.cuda.max_memory_allocated() / 1e9
     lora_params = sum(p.numel() for n, p in model.named_parameters() if "lora_" in n)
     del model
     gc.collect()
     torch.cuda.empty_cache()
-    return {"shape": shape, "nf4_base_gb": round(base_gb, 3), "with_lora_gb": round(lora_gb, 3),
-            "train_step_peak_gb": round(train_peak, 3), "generate_peak_gb": round(generate_peak, 3),
-            "lora_params": lora_params}
+    return {
+        "shape": shape,
+        "nf4_base_gb": round(base_gb, 3),
+        "with_lora_gb": round(lora_gb, 3),
+        "train_step_peak_gb": round(train_peak, 3),
+        "generate_peak_gb": round(generate_peak, 3),
+        "lora_params": lora_params,
+    }
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     stock_median = {r["config"]: r["step_s_median"] for r in rows if r["path"] == "stock"}
-    header = (f"{'shape':<11} {'path':<14} {'median s':>9} {'min':>7} {'max':>7} {'x stock':>8} {'peak GB':>8} "
-              f"{'sample s':>9} {'score s':>8} {'update s':>9}")
+    header = (
+        f"{'shape':<11} {'path':<14} {'median s':>9} {'min':>7} {'max':>7} {'x stock':>8} {'peak GB':>8} "
+        f"{'sample s':>9} {'score s':>8} {'update s':>9}"
+    )
     print(header)
     print("-" * len(header))
     for r in rows:
         base = stock_median.get(r["config"])
         ratio = f"{base / r['step_s_median']:.1f}" if base and r["step_s_median"] else "-"
-        print(f"{r['config']:<11} {r['path']:<14} {r['step_s_median']:>9.3f} {r['step_s_min']:>7.3f} "
-              f"{r['step_s_max']:>7.3f} {ratio:>8} {str(r.get('peak_mem_gb')):>8} "
-              f"{str(r.get('sampling_s_median')):>9} {str(r.get('scoring_s_median')):>8} "
-              f"{str(r.get('update_s_median')):>9}")
+        print(
+            f"{r['config']:<11} {r['path']:<14} {r['step_s_median']:>9.3f} {r['step_s_min']:>7.3f} "
+            f"{r['step_s_max']:>7.3f} {ratio:>8} {str(r.get('peak_mem_gb')):>8} "
+            f"{str(r.get('sampling_s_median')):>9} {str(r.get('scoring_s_median')):>8} "
+            f"{str(r.get('update_s_median')):>9}"
+        )
     for r in rows:
         if "fidelity" in r:
             print(f"fidelity {r['config']}/{r['path']}: {json.dumps(r['fidelity'])}")
@@ -269,12 +354,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     shared = Path(os.environ.get("NODUS_SHARED", REPO.parent / "shared"))
     parser.add_argument("--stock-script", type=Path, default=shared / "bench" / "trl_stock_grpo.py")
-    parser.add_argument("--plan", default="qwen3-0.6b=stock,fast,fast-compiled;qwen3-8b=stock,fast-compiled",
-                        help="SHAPE=PATH,PATH;SHAPE=...: paths are stock, fast, fast-compiled, each optionally "
-                        "+nogc (no gradient checkpointing) and/or +tc (torch_compile of the training model)")
+    parser.add_argument(
+        "--plan",
+        default="qwen3-0.6b=stock,fast,fast-compiled;qwen3-8b=stock,fast-compiled",
+        help="SHAPE=PATH,PATH;SHAPE=...: paths are stock, fast, fast-compiled, each optionally "
+        "+nogc (no gradient checkpointing) and/or +tc (torch_compile of the training model)",
+    )
     parser.add_argument("--qlora-memory", action="store_true", help="also measure QLoRA memory on the 8B shape")
-    parser.add_argument("--steps", default="qwen3-0.6b=12,qwen3-8b=8",
-                        help="steps per shape (the first 3 are dropped as warm-up)")
+    parser.add_argument(
+        "--steps", default="qwen3-0.6b=12,qwen3-8b=8", help="steps per shape (the first 3 are dropped as warm-up)"
+    )
     parser.add_argument("--json-out", type=Path, help="append one JSON line per path here")
     args = parser.parse_args()
     check_imports()
@@ -286,8 +375,11 @@ def main() -> None:
     import trl
 
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-    print(f"versions torch {torch.__version__} transformers {transformers.__version__} trl {trl.__version__} "
-          f"peft {peft.__version__} device {device} smoke {stock.SMOKE}", flush=True)
+    print(
+        f"versions torch {torch.__version__} transformers {transformers.__version__} trl {trl.__version__} "
+        f"peft {peft.__version__} device {device} smoke {stock.SMOKE}",
+        flush=True,
+    )
     steps = {k: int(v) for k, v in (item.split("=") for item in args.steps.split(","))}
     rows = []
     plan = [(shape, paths.split(",")) for shape, paths in (item.split("=") for item in args.plan.split(";"))]
@@ -298,8 +390,14 @@ def main() -> None:
             except Exception as error:  # keep going: the other paths still report
                 print(f"FAILED {shape}/{path}: {type(error).__name__}: {str(error)[:800]}", flush=True)
                 continue
-            row.update(device=device, torch=torch.__version__, transformers=transformers.__version__,
-                       trl=trl.__version__, peft=peft.__version__, date=time.strftime("%Y-%m-%d"))
+            row.update(
+                device=device,
+                torch=torch.__version__,
+                transformers=transformers.__version__,
+                trl=trl.__version__,
+                peft=peft.__version__,
+                date=time.strftime("%Y-%m-%d"),
+            )
             print("ROW", json.dumps(row), flush=True)
             if args.json_out:
                 with args.json_out.open("a") as handle:

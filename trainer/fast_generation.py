@@ -90,10 +90,11 @@ def _causal_lm(model: nn.Module) -> nn.Module:
 
 
 class _Lora(NamedTuple):
-    """LoRA factors of a fused projection: y += (x @ a.T) @ b.T, the scale folded into b."""
+    """LoRA of a fused projection for decoding: the A rows sit under the base weight (one GEMM gives x W^T and
+    x A^T); y += (x A^T) @ b.T with b block-diagonal over the fused projections and the scale folded in."""
 
-    a: torch.Tensor  # [sum of ranks, in]
-    b: torch.Tensor  # [out, sum of ranks], block-diagonal over the fused projections
+    rank: int  # sum of the ranks: the last `rank` rows of the extended weight are A
+    b: torch.Tensor  # [out, rank]
 
 
 class _Layer(NamedTuple):
@@ -113,22 +114,30 @@ class _Layer(NamedTuple):
 
 
 class _Projection:
-    """One fused decode matrix built from one or more (possibly LoRA-wrapped) linear layers."""
+    """One fused decode matrix built from one or more (possibly LoRA-wrapped) linear layers.
+
+    `weight` is [out (+ sum of LoRA ranks), in]: the frozen base rows, then the LoRA A rows (refreshed every step).
+    `base` is the view of the base rows, which the training backbone reads too (one copy of the weights in all).
+    """
 
     def __init__(self, modules: list[nn.Module]):
         self.modules = modules
         self.bases = [getattr(m, "base_layer", m) for m in modules]
-        self.weight = torch.cat([b.weight.detach() for b in self.bases], dim=0)
-        biases = [b.bias for b in self.bases]
-        self.bias = torch.cat([b.detach() for b in biases]) if all(b is not None for b in biases) else None
         self.lora_parts = [_active_lora(m) for m in modules]
+        self.out = sum(b.weight.shape[0] for b in self.bases)
+        rank = sum(part[0].shape[0] for part in self.lora_parts if part is not None)
+        rows = [b.weight.detach() for b in self.bases]
+        if rank:
+            rows.append(torch.zeros(rank, rows[0].shape[1], dtype=rows[0].dtype, device=rows[0].device))
+        self.weight = torch.cat(rows, dim=0)
+        self.base = self.weight[: self.out]
+        biases = [b.bias for b in self.bases]
+        self.bias: torch.Tensor | None = None
+        if all(b is not None for b in biases):
+            self.bias = torch.cat([*(b.detach() for b in biases if b is not None), self.weight.new_zeros(rank)])
         self.lora: _Lora | None = None
-        if any(part is not None for part in self.lora_parts):
-            dtype, device = self.weight.dtype, self.weight.device
-            ranks = [part[0].shape[0] if part is not None else 0 for part in self.lora_parts]
-            a = torch.zeros(sum(ranks), self.weight.shape[1], dtype=dtype, device=device)
-            b = torch.zeros(self.weight.shape[0], sum(ranks), dtype=dtype, device=device)
-            self.lora = _Lora(a, b)
+        if rank:
+            self.lora = _Lora(rank, self.weight.new_zeros(self.out, rank))
         self.refresh(weights=False)
 
     def refresh(self, weights: bool = True) -> None:
@@ -144,16 +153,31 @@ class _Projection:
                 row += rows
         if self.lora is None:
             return
-        row = col = 0
+        row, col = 0, self.out
         for base, part in zip(self.bases, self.lora_parts, strict=True):
             rows = base.weight.shape[0]
             if part is not None:
                 a, b, scale = part
                 rank = a.shape[0]
-                self.lora.a[col : col + rank].copy_(a.detach())
-                self.lora.b[row : row + rows, col : col + rank].copy_(b.detach() * scale)
+                self.weight[col : col + rank].copy_(a.detach())
+                self.lora.b[row : row + rows, col - self.out : col - self.out + rank].copy_(b.detach() * scale)
                 col += rank
             row += rows
+
+    def lora_factors(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(A stacked, B block-diagonal with the scale) from the live adapter parameters, differentiable."""
+        parts = [part for part in self.lora_parts if part is not None]
+        if not parts:
+            return None
+        a = torch.cat([part[0] for part in parts], dim=0).to(dtype)
+        blocks = []
+        for base, part in zip(self.bases, self.lora_parts, strict=True):
+            rows = base.weight.shape[0]
+            if part is None:
+                blocks.append(self.weight.new_zeros(rows, 0))
+            else:
+                blocks.append((part[1] * part[2]).to(dtype))
+        return a, torch.block_diag(*blocks)
 
 
 def _active_lora(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor, float] | None:
@@ -182,10 +206,11 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, lora: _Lora | None) -> torch.Tensor:
     y = F.linear(x, weight, bias)
-    if lora is not None:
-        flat = x.reshape(-1, x.shape[-1])
-        y = torch.addmm(y.reshape(-1, y.shape[-1]), flat @ lora.a.t(), lora.b.t()).reshape(y.shape)
-    return y
+    if lora is None:
+        return y
+    out = lora.b.shape[0]
+    base, xa = y[..., :out], y[..., out:]
+    return torch.addmm(base.reshape(-1, out), xa.reshape(-1, lora.rank), lora.b.t()).reshape(*y.shape[:-1], out)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -229,10 +254,20 @@ def _layer_forward(
     k = k * cos_ + _rotate_half(k) * sin_
     k_cache.index_copy_(2, slot, k)
     v_cache.index_copy_(2, slot, v)
-    attn = F.scaled_dot_product_attention(
-        q, k_cache, v_cache, attn_mask=mask, scale=shape.scale, enable_gqa=shape.heads != shape.kv_heads
-    )
-    attn = attn.transpose(1, 2).reshape(batch, steps, q_size)
+    if steps == 1:
+        # One query per row: grouped-query attention as two small batched products over the whole static cache,
+        # `mask` an additive [B, 1, 1, L] bias (0 or -inf). SDPA would take its math fallback here (GQA plus a
+        # mask) and copy the cache to repeat its heads.
+        groups = shape.heads // shape.kv_heads
+        qg = q.reshape(batch, shape.kv_heads, groups, shape.head_dim)
+        scores = torch.matmul(qg, k_cache.transpose(2, 3)).float() * shape.scale + mask
+        probs = scores.softmax(-1).to(v_cache.dtype)
+        attn = torch.matmul(probs, v_cache).reshape(batch, steps, q_size)
+    else:
+        attn = F.scaled_dot_product_attention(
+            q, k_cache, v_cache, attn_mask=mask, scale=shape.scale, enable_gqa=shape.heads != shape.kv_heads
+        )
+        attn = attn.transpose(1, 2).reshape(batch, steps, q_size)
     x = x + _linear(attn, layer.o, None, layer.o_lora)
     h = _rms_norm(x, layer.post_norm, shape.eps)
     gate_up = _linear(h, layer.gate_up, None, layer.gate_up_lora)
@@ -253,34 +288,15 @@ class Rollout:
         return [self.tokens[b, :n].tolist() for b, n in enumerate(self.lengths)]
 
 
-class StaticCacheSampler:
-    """Samples a batch of completions for left-padded prompts with a preallocated KV cache.
+class FastWeights:
+    """The model's weights in the fused decode layout, shared by the sampler and the training backbone."""
 
-    On CUDA the decode step is captured once per (batch size, cache length) as a CUDA graph; on the CPU the same code
-    runs eagerly (used by the tests to check the arithmetic against `model.generate`).
-    """
-
-    def __init__(
-        self,
-        model: nn.Module,
-        sampling: SamplingSettings,
-        *,
-        pad_token_id: int,
-        use_cuda_graph: bool | None = None,
-        compile_layers: bool = False,
-        check_every: int = 16,
-    ) -> None:
+    def __init__(self, model: nn.Module) -> None:
         reason = unsupported_reason(model)
         if reason is not None:
             raise ValueError(f"fast generation does not support {reason}")
         self.model = _causal_lm(model)
-        self.sampling = sampling
-        self.pad_token_id = pad_token_id
-        self.check_every = check_every
         config = self.model.config
-        self.device = self.model.lm_head.weight.device
-        self.dtype = self.model.lm_head.weight.dtype
-        self.use_cuda_graph = (self.device.type == "cuda") if use_cuda_graph is None else use_cuda_graph
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.shape = _Shape(
             heads=config.num_attention_heads,
@@ -289,15 +305,6 @@ class StaticCacheSampler:
             eps=config.rms_norm_eps,
             scale=head_dim**-0.5,
         )
-        self.layer_fn = torch.compile(_layer_forward, fullgraph=True, dynamic=False) if compile_layers else None
-        self._build_layers()
-        self._eos = torch.tensor(sampling.eos_token_ids or [-1], device=self.device)
-        self._has_eos = bool(sampling.eos_token_ids)
-        self._state: _DecodeState | None = None
-        self.capture_error: str | None = None
-
-    # ---- weights ----
-    def _build_layers(self) -> None:
         self.projections: list[_Projection] = []
         self.layers: list[_Layer] = []
         with torch.no_grad():
@@ -333,6 +340,44 @@ class StaticCacheSampler:
         with torch.no_grad():
             for projection in self.projections:
                 projection.refresh()
+
+
+class StaticCacheSampler:
+    """Samples a batch of completions for left-padded prompts with a preallocated KV cache.
+
+    On CUDA the decode step is captured once per (batch size, cache length) as a CUDA graph; on the CPU the same code
+    runs eagerly (used by the tests to check the arithmetic against `model.generate`).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        sampling: SamplingSettings,
+        *,
+        pad_token_id: int,
+        use_cuda_graph: bool | None = None,
+        compile_layers: bool = False,
+        check_every: int = 16,
+        weights: FastWeights | None = None,
+    ) -> None:
+        self.sampling = sampling
+        self.pad_token_id = pad_token_id
+        self.check_every = check_every
+        self.weights = weights if weights is not None else FastWeights(model)
+        self.model = self.weights.model
+        self.shape = self.weights.shape
+        self.layers = self.weights.layers
+        self.device = self.model.lm_head.weight.device
+        self.dtype = self.model.lm_head.weight.dtype
+        self.use_cuda_graph = (self.device.type == "cuda") if use_cuda_graph is None else use_cuda_graph
+        self.layer_fn = torch.compile(_layer_forward, fullgraph=True, dynamic=False) if compile_layers else None
+        self._eos = torch.tensor(sampling.eos_token_ids or [-1], device=self.device)
+        self._has_eos = bool(sampling.eos_token_ids)
+        self._state: _DecodeState | None = None
+        self.capture_error: str | None = None
+
+    def refresh(self) -> None:
+        self.weights.refresh()
 
     # ---- sampling ----
     def generate(self, prompts: list[list[int]]) -> Rollout:
@@ -383,6 +428,7 @@ class _DecodeState:
         self.slot = torch.zeros(1, dtype=torch.long, device=device)
         self.step = torch.zeros(1, dtype=torch.long, device=device)
         self.key_valid = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
+        self.key_bias = torch.full((batch, 1, 1, capacity), float("-inf"), device=device)  # 0 where key_valid
         self.done = torch.zeros(batch, dtype=torch.bool, device=device)
         self.out_tokens = torch.zeros(batch, n_new, dtype=torch.long, device=device)
         self.out_logprobs = torch.zeros(batch, n_new, dtype=torch.float32, device=device)
@@ -396,8 +442,15 @@ class _DecodeState:
                 log.warning("CUDA graph capture failed, decoding eagerly: %s", sampler.capture_error)
                 self.graph = None
 
-    def _forward(self, tokens: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
-                 slots: torch.Tensor, layer_fn: Any = _layer_forward) -> torch.Tensor:
+    def _forward(
+        self,
+        tokens: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: torch.Tensor,
+        slots: torch.Tensor,
+        layer_fn: Any = _layer_forward,
+    ) -> torch.Tensor:
         """Hidden state after the final norm for the last position of each row."""
         sampler = self.sampler
         x = F.embedding(tokens, sampler.model.model.embed_tokens.weight)
@@ -444,8 +497,8 @@ class _DecodeState:
         self.token.copy_(token)
 
     def _decode_step(self) -> None:
-        self.key_valid.index_fill_(1, self.slot, True)
-        mask = self.key_valid[:, None, None, :]
+        self.key_bias.index_fill_(3, self.slot, 0.0)
+        mask = self.key_bias
         cos = self.cos_table.index_select(0, self.position)[:, None]
         sin = self.sin_table.index_select(0, self.position)[:, None]
         hidden = self._forward(self.token[:, None], cos, sin, mask, self.slot, self.sampler.layer_fn or _layer_forward)
@@ -456,7 +509,6 @@ class _DecodeState:
 
     def _capture(self) -> None:
         # Warm up on a side stream (cuBLAS handles, compiled kernels) before capturing, as torch.cuda.graphs asks.
-        self.key_valid[:, 0] = True
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream), torch.no_grad():
@@ -488,6 +540,7 @@ class _DecodeState:
         positions = (columns[None] - pads[:, None]).clamp(min=0)
         self.key_valid.zero_()
         self.key_valid[:, :length] = valid
+        self.key_bias.copy_(torch.where(self.key_valid, 0.0, float("-inf"))[:, None, None, :])
         self.done.zero_()
         self.out_tokens.fill_(sampler.pad_token_id)
         self.out_logprobs.zero_()

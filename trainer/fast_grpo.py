@@ -14,9 +14,10 @@ import time
 from typing import Any
 
 import torch
+from nodus.trainer import fast_backbone
+from nodus.trainer.fast_backbone import FastBackbone
+from nodus.trainer.fast_generation import FastWeights, Rollout, SamplingSettings, StaticCacheSampler, unsupported_reason
 from trl import GRPOTrainer
-
-from nodus.trainer.fast_generation import Rollout, SamplingSettings, StaticCacheSampler, unsupported_reason
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,14 @@ class FastGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
     `generation_times` records the wall time of each rollout (synchronised on CUDA), for profiling.
     """
 
-    def __init__(self, *args: Any, fast_generation: bool = True, compile_layers: bool = False, **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        fast_generation: bool = True,
+        fast_training: bool = True,
+        compile_layers: bool = False,
+        **kwargs: Any,
+    ):
         super().__init__(*args, **kwargs)
         self.fast_generation = fast_generation
         self.compile_layers = compile_layers
@@ -37,6 +45,19 @@ class FastGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         self._sampler: StaticCacheSampler | None = None
         self._sampler_step = -1
         self._fallback_reason: str | None = None
+        self._weights: FastWeights | None = None
+        self.backbone: FastBackbone | None = None
+        self.training_fallback_reason: str | None = "fast training forward switched off"
+        model = self.accelerator.unwrap_model(self.model)
+        if (fast_generation or fast_training) and unsupported_reason(model) is None:
+            self._weights = FastWeights(model)
+        if fast_training and self._weights is not None:
+            self.training_fallback_reason = fast_backbone.unsupported_reason(self._weights)
+            if self.training_fallback_reason is None:
+                self.backbone = FastBackbone(self._weights, compile_layers=compile_layers)
+                self.backbone.install()
+            else:
+                log.info("Training forwards use the model's own: %s.", self.training_fallback_reason)
 
     def fast_path_reason(self) -> str | None:
         """Why rollouts use TRL's generation instead of the fast sampler; None when the fast sampler is used."""
@@ -76,7 +97,11 @@ class FastGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             model = self.accelerator.unwrap_model(self.model)
             settings = SamplingSettings.from_generation_config(self.generation_config, list(self.eos_token_ids))
             self._sampler = StaticCacheSampler(
-                model, settings, pad_token_id=self._tokenizer.pad_token_id, compile_layers=self.compile_layers
+                model,
+                settings,
+                pad_token_id=self._tokenizer.pad_token_id,
+                compile_layers=self.compile_layers,
+                weights=self._weights,
             )
             self._sampler_step = self.state.global_step
         elif self._sampler_step != self.state.global_step:
