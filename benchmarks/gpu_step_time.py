@@ -218,6 +218,10 @@ def run_path(stock: Any, shape: str, path: str, steps: int, check_fidelity: bool
     started = time.perf_counter()
     try:
         stock.run(shape, steps)
+    except BaseException:
+        trainer_class.instances.clear()  # free the failed run's model before the next one
+        gc.collect()
+        raise
     finally:
         del stock.print
         stock.GRPOConfig = config_class

@@ -97,14 +97,19 @@ def graph_coloring_payloads(count: int, seed: int = 42) -> list[dict[str, Any]]:
 
 def row(rates: Rates, baseline: Rates | None, unit: str) -> str:
     ratio = f"{baseline.median / rates.median:5.2f}x" if baseline is not None else "    -"
-    return (f"| {rates.label:<44} | {rates.median:9.1f} | {min(rates.rates):9.1f} | {max(rates.rates):9.1f} "
-            f"| {1e6 / rates.median:8.0f} | {ratio:>6} |")
+    return (
+        f"| {rates.label:<44} | {rates.median:9.1f} | {min(rates.rates):9.1f} | {max(rates.rates):9.1f} "
+        f"| {1e6 / rates.median:8.0f} | {ratio:>6} |"
+    )
 
 
 def table(title: str, unit: str, results: list[Rates], baseline: Rates) -> list[str]:
-    lines = [f"{title}", "",
-             f"| {'':<44} | median {unit} | min {unit} | max {unit} | us/job | time vs baseline |",
-             f"|{'-' * 46}|{'-' * 11}|{'-' * 11}|{'-' * 11}|{'-' * 10}|{'-' * 8}|"]
+    lines = [
+        f"{title}",
+        "",
+        f"| {'':<44} | median {unit} | min {unit} | max {unit} | us/job | time vs baseline |",
+        f"|{'-' * 46}|{'-' * 11}|{'-' * 11}|{'-' * 11}|{'-' * 10}|{'-' * 8}|",
+    ]
     for rates in results:
         lines.append(row(rates, None if rates is baseline else baseline, unit))
     return lines
@@ -126,8 +131,16 @@ def hardware() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             versions[dist] = "not installed"
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip() or "unknown"
+        commit = (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"],
+                capture_output=True,
+                text=True,
+                cwd=Path(__file__).resolve().parent,
+                timeout=10,
+            ).stdout.strip()
+            or "unknown"
+        )
     except (OSError, subprocess.TimeoutExpired):
         commit = "unknown"
     return {
@@ -144,8 +157,9 @@ def hardware() -> dict[str, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", default=GRADE_JOB, help="module:function of the cheap grader")
-    parser.add_argument("--payload-json", default=None,
-                        help="one payload for --target (JSON); default: real graph-coloring@1 payloads")
+    parser.add_argument(
+        "--payload-json", default=None, help="one payload for --target (JSON); default: real graph-coloring@1 payloads"
+    )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=7)
@@ -166,43 +180,60 @@ def main() -> None:
     expected = [target(p) for p in payloads]
     jobs = [{"target": args.target, "payload": p} for p in payloads]
     with GraderPool(limits, workers=args.workers) as pool:
+
         def grade_batch() -> None:
             outcomes = pool.run_many(jobs)
             for outcome, want in zip(outcomes, expected, strict=True):
                 assert outcome.status == "graded" and outcome.score == want["score"], (outcome, want)
 
         in_process, pooled = measure(
-            args.batch, args.repeats,
+            args.batch,
+            args.repeats,
             ("in-process (no sandbox)", lambda: [target(p) for p in payloads] and None),
             (f"GraderPool, {args.workers} workers", grade_batch),
         )
-    lines = table(f"Cheap grader `{args.target}`, batches of {args.batch}, {args.repeats} repeats "
-                  f"(goal: pool time <= 2x in-process)", "jobs/s", [in_process, pooled], in_process)
+    lines = table(
+        f"Cheap grader `{args.target}`, batches of {args.batch}, {args.repeats} repeats "
+        f"(goal: pool time <= 2x in-process)",
+        "jobs/s",
+        [in_process, pooled],
+        in_process,
+    )
 
     if not args.skip_programs:
         program_jobs = [
-            {"target": RUN_PYTHON,
-             "payload": {"code": PROGRAM, "stdin": PROGRAM_STDIN, "expected_stdout": PROGRAM_EXPECTED}}
+            {
+                "target": RUN_PYTHON,
+                "payload": {"code": PROGRAM, "stdin": PROGRAM_STDIN, "expected_stdout": PROGRAM_EXPECTED},
+            }
         ] * args.batch
 
         def subprocess_batch() -> None:
             for _ in range(args.batch):
-                done = subprocess.run([sys.executable, "-c", PROGRAM], input=PROGRAM_STDIN, capture_output=True,
-                                      text=True, timeout=10)
+                done = subprocess.run(
+                    [sys.executable, "-c", PROGRAM], input=PROGRAM_STDIN, capture_output=True, text=True, timeout=10
+                )
                 assert done.stdout.strip() == PROGRAM_EXPECTED
 
         with GraderPool(limits, workers=args.workers, isolate_each_completion=True) as pool:
+
             def program_batch() -> None:
                 outcomes = pool.run_many(program_jobs)
                 assert all(o.passed for o in outcomes), outcomes[0]
 
             unsandboxed, isolated = measure(
-                args.batch, args.repeats,
+                args.batch,
+                args.repeats,
                 ("subprocess per program (no sandbox)", subprocess_batch),
                 (f"GraderPool isolate_each_completion, {args.workers} workers", program_batch),
             )
-        lines += [""] + table(f"Small Python programs `{RUN_PYTHON}`, batches of {args.batch}, {args.repeats} "
-                              "repeats (goal: >= 100 programs/s)", "jobs/s", [unsandboxed, isolated], unsandboxed)
+        lines += [""] + table(
+            f"Small Python programs `{RUN_PYTHON}`, batches of {args.batch}, {args.repeats} "
+            "repeats (goal: >= 100 programs/s)",
+            "jobs/s",
+            [unsandboxed, isolated],
+            unsandboxed,
+        )
     print("\n".join(lines))
     if args.write_doc:
         write_doc(args.write_doc, lines, " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]))

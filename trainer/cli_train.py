@@ -34,6 +34,7 @@ FIELD_FLAGS: dict[str, tuple[str, Any]] = {
     "learning_rate": ("spec.parameters.learningRate", float),
     "temperature": ("spec.parameters.temperature", float),
     "loss_type": ("spec.parameters.lossType", str),
+    "fast_path": ("spec.parameters.fastPath", str),
     "sandbox": ("spec.sandbox", str),
     "name": ("metadata.name", str),
 }

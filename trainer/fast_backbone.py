@@ -64,7 +64,7 @@ def unsupported_reason(weights: FastWeights) -> str | None:
 def _train_projection(projection: _Projection) -> _TrainProjection:
     bias = projection.bias[: projection.out] if projection.bias is not None else None
     adapters = tuple(_Adapter(*part) if part is not None else None for part in projection.lora_parts)
-    rows = tuple(base.weight.shape[0] for base in projection.bases)
+    rows = tuple(int(base.weight.shape[0]) for base in projection.bases)
     return _TrainProjection(projection.base, bias, adapters, rows)
 
 
@@ -78,7 +78,8 @@ def _lora_linear(x: torch.Tensor, p: _TrainProjection) -> torch.Tensor:
     blocks = []
     for adapter, rows in zip(p.adapters, p.rows, strict=True):
         blocks.append(x.new_zeros(rows, 0) if adapter is None else (adapter.b * adapter.scale).to(x.dtype))
-    return y + (x @ a.t()) @ torch.block_diag(*blocks).t()
+    lora: torch.Tensor = (x @ a.t()) @ torch.block_diag(*blocks).t()  # type: ignore[no-untyped-call]
+    return y + lora
 
 
 def _train_layer(
@@ -127,7 +128,11 @@ class FastBackbone:
             )
             for i, layer in enumerate(weights.layers)
         ]
-        self.layer_fn: Any = torch.compile(_train_layer, fullgraph=True) if compile_layers else _train_layer
+        # dynamic=False: with symbolic sizes the layer's head counts turn into SymInts that SDPA's enable_gqa rejects
+        # (seen on the 8B shape); each new sequence length compiles once instead.
+        self.layer_fn: Any = (
+            torch.compile(_train_layer, fullgraph=True, dynamic=False) if compile_layers else _train_layer
+        )
         self.original_forward = self.model.model.forward
         self.calls = 0  # forwards this backbone handled (the rest went to the model's own)
 

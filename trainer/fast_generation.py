@@ -55,7 +55,7 @@ class SamplingSettings:
         )
 
 
-def unsupported_reason(model: nn.Module, generation_config: Any | None = None) -> str | None:
+def unsupported_reason(model: Any, generation_config: Any | None = None) -> str | None:
     """Why the fast path cannot sample for this model and configuration, or None when it can."""
     causal_lm = _causal_lm(model)
     config = causal_lm.config
@@ -81,7 +81,7 @@ def unsupported_reason(model: nn.Module, generation_config: Any | None = None) -
     return None
 
 
-def _causal_lm(model: nn.Module) -> nn.Module:
+def _causal_lm(model: Any) -> Any:
     """The transformers *ForCausalLM inside a peft or accelerate wrapper."""
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     while not hasattr(inner, "lm_head") and hasattr(inner, "module"):
@@ -120,9 +120,9 @@ class _Projection:
     `base` is the view of the base rows, which the training backbone reads too (one copy of the weights in all).
     """
 
-    def __init__(self, modules: list[nn.Module]):
+    def __init__(self, modules: list[Any]):
         self.modules = modules
-        self.bases = [getattr(m, "base_layer", m) for m in modules]
+        self.bases: list[Any] = [getattr(m, "base_layer", m) for m in modules]
         self.lora_parts = [_active_lora(m) for m in modules]
         self.out = sum(b.weight.shape[0] for b in self.bases)
         rank = sum(part[0].shape[0] for part in self.lora_parts if part is not None)
@@ -177,10 +177,10 @@ class _Projection:
                 blocks.append(self.weight.new_zeros(rows, 0))
             else:
                 blocks.append((part[1] * part[2]).to(dtype))
-        return a, torch.block_diag(*blocks)
+        return a, torch.block_diag(*blocks)  # type: ignore[no-untyped-call]
 
 
-def _active_lora(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor, float] | None:
+def _active_lora(module: Any) -> tuple[torch.Tensor, torch.Tensor, float] | None:
     """(A weight, B weight, scaling) of a peft LoRA linear with one active adapter, or None for a plain Linear."""
     if not hasattr(module, "lora_A"):
         return None
@@ -291,7 +291,7 @@ class Rollout:
 class FastWeights:
     """The model's weights in the fused decode layout, shared by the sampler and the training backbone."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: Any) -> None:
         reason = unsupported_reason(model)
         if reason is not None:
             raise ValueError(f"fast generation does not support {reason}")
@@ -509,7 +509,7 @@ class _DecodeState:
 
     def _capture(self) -> None:
         # Warm up on a side stream (cuBLAS handles, compiled kernels) before capturing, as torch.cuda.graphs asks.
-        stream = torch.cuda.Stream()
+        stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream), torch.no_grad():
             for _ in range(2):

@@ -80,6 +80,7 @@ class FastGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             self._fallback_reason = self.fast_path_reason() or ""
             if self._fallback_reason:
                 log.info("Rollouts use TRL's model.generate: %s.", self._fallback_reason)
+        result: tuple[list[list[int]], list[list[float]] | None]
         if self._fallback_reason or images or multimodal_fields:
             result = super()._generate_single_turn(
                 prompt_ids, images, multimodal_fields, num_generations, has_tool_images

@@ -241,12 +241,16 @@ def build_trainer(
     options: RunOptions,
     say: Any,
 ) -> tuple[Any, RunCallback, SandboxReward]:
+    from nodus.trainer.fast_grpo import FastGRPOTrainer
     from transformers import PrinterCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
 
     reward = SandboxReward(grader)
     callback = RunCallback(run, reward, cost, say, table_step_seconds)
-    trainer = GRPOTrainer(
+    mode = job.spec.parameters.fast_path
+    on_gpu = torch.cuda.is_available()
+    fast = mode == "on" or (mode == "auto" and on_gpu)
+    trainer = FastGRPOTrainer(
         model=model,
         reward_funcs=reward,
         args=grpo_config(GRPOConfig, job, run, options),
@@ -254,8 +258,16 @@ def build_trainer(
         processing_class=tokenizer,
         peft_config=lora_config(job.spec.parameters),
         callbacks=[callback],
+        fast_generation=fast,
+        fast_training=fast,
+        compile_layers=fast and on_gpu,  # compiling pays off over a GPU run; on CPU it costs more than it saves
     )
     trainer.remove_callback(PrinterCallback)  # it prints every log dict; RunCallback prints one line per step
+    if fast:
+        rollouts = trainer.fast_path_reason()
+        forward = "written-out" if trainer.backbone else f"the model's own ({trainer.training_fallback_reason})"
+        sampler = "static-cache sampler" if rollouts is None else f"TRL generate ({rollouts})"
+        say(f"fast path: rollouts {sampler}, training forward {forward}")
     return trainer, callback, reward
 
 

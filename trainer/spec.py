@@ -68,6 +68,12 @@ class Parameters(_Strict):
     max_steps: int | None = Field(None, alias="maxSteps", ge=1, description="Overrides epochs when set.")
     loss_type: str = Field("dapo", alias="lossType")
     eval_batch_size: int = Field(16, alias="evalBatchSize", ge=1)
+    fast_path: Literal["auto", "on", "off"] = Field(
+        "auto",
+        alias="fastPath",
+        description="Static-cache CUDA-graph rollouts and the written-out training forward (nodus.trainer.fast_grpo);"
+        " auto: on with a CUDA GPU, off on CPU.",
+    )
     trl: dict[str, Any] = Field(default_factory=dict, description="Any other GRPOConfig field, passed through.")
 
     @model_validator(mode="after")
@@ -158,6 +164,7 @@ FLAGS: dict[str, str] = {
     "spec.parameters.learningRate": "--learning-rate",
     "spec.parameters.temperature": "--temperature",
     "spec.parameters.lossType": "--loss-type",
+    "spec.parameters.fastPath": "--fast-path",
     "spec.sandbox": "--sandbox",
 }
 
