@@ -397,7 +397,9 @@ class StaticCacheSampler:
                 # Ask the device whether every row has ended only now and then: each question is a host sync.
                 if self._has_eos and step % self.check_every == 0 and step >= self.sampling.min_new_tokens:
                     finished = bool(state.done.all())
-            tokens, logprobs = state.out_tokens.cpu(), state.out_logprobs.cpu()
+            # A copy even on the CPU (where .cpu() would alias): the buffers are reused by the next generate().
+            tokens = state.out_tokens.to("cpu", copy=True)
+            logprobs = state.out_logprobs.to("cpu", copy=True)
         lengths = []
         eos = set(self.sampling.eos_token_ids)
         for row in tokens.tolist():
