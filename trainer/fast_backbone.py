@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
-from nodus.trainer.fast_generation import FastWeights, _Projection, _rms_norm, _rotate_half, _Shape
+from nodus.trainer.fast_generation import FastWeights, _heads, _Projection, _rms_norm, _Shape
 from torch.utils.checkpoint import checkpoint
 
 
@@ -88,17 +88,8 @@ def _train_layer(
     batch, steps, _ = x.shape
     h = _rms_norm(x, layer.input_norm, shape.eps)
     qkv = _lora_linear(h, layer.qkv)
-    q_size, kv_size = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
-    q = qkv[..., :q_size].view(batch, steps, shape.heads, shape.head_dim)
-    k = qkv[..., q_size : q_size + kv_size].view(batch, steps, shape.kv_heads, shape.head_dim)
-    v = qkv[..., q_size + kv_size :].view(batch, steps, shape.kv_heads, shape.head_dim)
-    if layer.q_norm is not None and layer.k_norm is not None:
-        q = _rms_norm(q, layer.q_norm, shape.eps)
-        k = _rms_norm(k, layer.k_norm, shape.eps)
-    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-    cos_, sin_ = cos.unsqueeze(1), sin.unsqueeze(1)
-    q = q * cos_ + _rotate_half(q) * sin_
-    k = k * cos_ + _rotate_half(k) * sin_
+    q, k, v = _heads(qkv, layer.q_norm, layer.k_norm, shape, cos, sin)
+    q_size = shape.heads * shape.head_dim
     attn = F.scaled_dot_product_attention(
         q, k, v, attn_mask=mask, is_causal=mask is None, scale=shape.scale, enable_gqa=shape.heads != shape.kv_heads
     )

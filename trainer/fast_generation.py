@@ -227,6 +227,28 @@ class _Shape:
     scale: float
 
 
+def _heads(
+    qkv: torch.Tensor,
+    q_norm: torch.Tensor | None,
+    k_norm: torch.Tensor | None,
+    shape: _Shape,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Split a fused q/k/v projection into [B, heads, T, head_dim] tensors, per-head norms (Qwen3) and RoPE applied."""
+    batch, steps, _ = qkv.shape
+    q_size, kv_size = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
+    q = qkv[..., :q_size].view(batch, steps, shape.heads, shape.head_dim)
+    k = qkv[..., q_size : q_size + kv_size].view(batch, steps, shape.kv_heads, shape.head_dim)
+    v = qkv[..., q_size + kv_size :].view(batch, steps, shape.kv_heads, shape.head_dim)
+    if q_norm is not None and k_norm is not None:
+        q = _rms_norm(q, q_norm, shape.eps)
+        k = _rms_norm(k, k_norm, shape.eps)
+    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    cos_, sin_ = cos.unsqueeze(1), sin.unsqueeze(1)
+    return q * cos_ + _rotate_half(q) * sin_, k * cos_ + _rotate_half(k) * sin_, v
+
+
 def _layer_forward(
     x: torch.Tensor,  # [B, T, hidden]
     layer: _Layer,
@@ -241,17 +263,8 @@ def _layer_forward(
     batch, steps, _ = x.shape
     h = _rms_norm(x, layer.input_norm, shape.eps)
     qkv = _linear(h, layer.qkv, layer.qkv_bias, layer.qkv_lora)
-    q_size, kv_size = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
-    q = qkv[..., :q_size].view(batch, steps, shape.heads, shape.head_dim)
-    k = qkv[..., q_size : q_size + kv_size].view(batch, steps, shape.kv_heads, shape.head_dim)
-    v = qkv[..., q_size + kv_size :].view(batch, steps, shape.kv_heads, shape.head_dim)
-    if layer.q_norm is not None and layer.k_norm is not None:
-        q = _rms_norm(q, layer.q_norm, shape.eps)
-        k = _rms_norm(k, layer.k_norm, shape.eps)
-    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-    cos_, sin_ = cos.unsqueeze(1), sin.unsqueeze(1)
-    q = q * cos_ + _rotate_half(q) * sin_
-    k = k * cos_ + _rotate_half(k) * sin_
+    q, k, v = _heads(qkv, layer.q_norm, layer.k_norm, shape, cos, sin)
+    q_size = shape.heads * shape.head_dim
     k_cache.index_copy_(2, slot, k)
     v_cache.index_copy_(2, slot, v)
     if steps == 1:
