@@ -164,21 +164,6 @@ class _Projection:
                 col += rank
             row += rows
 
-    def lora_factors(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """(A stacked, B block-diagonal with the scale) from the live adapter parameters, differentiable."""
-        parts = [part for part in self.lora_parts if part is not None]
-        if not parts:
-            return None
-        a = torch.cat([part[0] for part in parts], dim=0).to(dtype)
-        blocks = []
-        for base, part in zip(self.bases, self.lora_parts, strict=True):
-            rows = base.weight.shape[0]
-            if part is None:
-                blocks.append(self.weight.new_zeros(rows, 0))
-            else:
-                blocks.append((part[1] * part[2]).to(dtype))
-        return a, torch.block_diag(*blocks)  # type: ignore[no-untyped-call]
-
 
 def _active_lora(module: Any) -> tuple[torch.Tensor, torch.Tensor, float] | None:
     """(A weight, B weight, scaling) of a peft LoRA linear with one active adapter, or None for a plain Linear."""
@@ -442,8 +427,8 @@ class _DecodeState:
         self.position = torch.zeros(batch, dtype=torch.long, device=device)
         self.slot = torch.zeros(1, dtype=torch.long, device=device)
         self.step = torch.zeros(1, dtype=torch.long, device=device)
-        self.key_valid = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
-        self.key_bias = torch.full((batch, 1, 1, capacity), float("-inf"), device=device)  # 0 where key_valid
+        # Additive attention bias over the cache slots: 0 where a key is valid, -inf elsewhere.
+        self.key_bias = torch.full((batch, 1, 1, capacity), float("-inf"), device=device)
         self.done = torch.zeros(batch, dtype=torch.bool, device=device)
         self.out_tokens = torch.zeros(batch, n_new, dtype=torch.long, device=device)
         self.out_logprobs = torch.zeros(batch, n_new, dtype=torch.float32, device=device)
@@ -553,9 +538,8 @@ class _DecodeState:
         columns = torch.arange(length, device=device)
         valid = columns[None] >= pads[:, None]  # [B, T]
         positions = (columns[None] - pads[:, None]).clamp(min=0)
-        self.key_valid.zero_()
-        self.key_valid[:, :length] = valid
-        self.key_bias.copy_(torch.where(self.key_valid, 0.0, float("-inf"))[:, None, None, :])
+        self.key_bias.fill_(float("-inf"))
+        self.key_bias[:, 0, 0, :length].masked_fill_(valid, 0.0)
         self.done.zero_()
         self.out_tokens.fill_(sampler.pad_token_id)
         self.out_logprobs.zero_()
