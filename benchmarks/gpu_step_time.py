@@ -41,6 +41,12 @@ CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
     "nogc": {"gradient_checkpointing": False},  # trade memory for one forward pass less per step
     "tc": {"torch_compile": True},  # transformers compiles the training model's forward
 }
+# Compilation experiments for the fast paths: +stack compiles the whole decoder stack as one graph (decode step and
+# training forward) instead of one layer function; +autotune lets inductor benchmark GEMM kernels (slow to compile).
+COMPILE_OPTIONS: dict[str, dict[str, Any]] = {
+    "stack": {"compile_stack": True},
+    "autotune": {"compile_mode": "max-autotune-no-cudagraphs"},
+}
 REQUIRED = ("torch", "transformers", "peft", "accelerate", "trl", "datasets")
 
 
@@ -81,7 +87,110 @@ def load_stock_module(path: Path) -> Any:
     return module
 
 
-def make_trainer_class(fast: bool, compile_layers: bool, fast_training: bool) -> Any:
+def profile_callback(out_dir: Path, label: str, first_step: int = 5, steps: int = 2) -> Any:
+    """A TrainerCallback that runs torch.profiler over `steps` training steps and writes what the time went to.
+
+    Writes `<label>.txt` (busy time of the GPU against wall time, the top operators by device time and by host time)
+    and `<label>.trace.json.gz` (a Chrome/Perfetto trace) into `out_dir`."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from transformers import TrainerCallback
+
+    cuda = torch.cuda.is_available()
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize()
+
+    class ProfileSteps(TrainerCallback):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.profiler: Any = None
+            self.started = 0.0
+
+        def first(self, args: Any) -> int:
+            return max(0, min(first_step, args.max_steps - steps))  # SMOKE runs only a few steps
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if state.global_step == self.first(args) and self.profiler is None:
+                sync()
+                self.profiler = profile(activities=activities)
+                self.profiler.__enter__()
+                self.started = time.perf_counter()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if self.profiler is None or state.global_step != self.first(args) + steps:
+                return
+            sync()
+            wall = time.perf_counter() - self.started
+            prof, self.profiler = self.profiler, None
+            prof.__exit__(None, None, None)
+            out_dir.mkdir(parents=True, exist_ok=True)
+            averages = prof.key_averages()
+            sort = "self_device_time_total" if cuda else "self_cpu_time_total"
+            kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+            busy = sum(e.device_time for e in kernels) / 1e6
+            lines = [
+                f"{label}: {steps} steps, wall {wall:.3f} s, GPU kernel time {busy:.3f} s "
+                f"({busy / wall:.0%} busy), {len(kernels)} kernels",
+                averages.table(sort_by=sort, row_limit=30, max_name_column_width=70),
+                averages.table(sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=70),
+                averages.table(sort_by="cpu_time_total", row_limit=40, max_name_column_width=70),
+            ]
+            (out_dir / f"{label}.txt").write_text("\n".join(lines))
+            print(lines[0], flush=True)
+            try:
+                prof.export_chrome_trace(str(out_dir / f"{label}.trace.json"))
+                import gzip
+                import shutil
+
+                trace = out_dir / f"{label}.trace.json"
+                with trace.open("rb") as src, gzip.open(out_dir / f"{label}.trace.json.gz", "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+                (out_dir / f"{label}.trace.json").unlink()
+            except Exception as error:  # the summary above is what matters
+                print(f"trace export failed: {error}", flush=True)
+
+    return ProfileSteps()
+
+
+def decode_timing(trainer: Any) -> dict[str, Any]:
+    """Milliseconds per decode step (one graph replay) and per prefill, measured on the trained fast sampler."""
+    import torch
+
+    sampler = trainer._sampler
+    if sampler is None or sampler._state is None:
+        return {}
+    state = sampler._state
+    prompts = [list(range(10, 10 + 96))] * state.batch
+    times: dict[str, list[float]] = {"prefill_ms": [], "decode_ms_per_token": [], "generate_ms": []}
+    for _ in range(5):
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        with torch.no_grad():
+            state.prefill(prompts)
+        torch.cuda.synchronize()
+        times["prefill_ms"].append((time.perf_counter() - started) * 1e3)
+        started = time.perf_counter()
+        for _ in range(sampler.sampling.max_new_tokens - 1):
+            state.decode()
+        torch.cuda.synchronize()
+        per_token = (time.perf_counter() - started) * 1e3 / (sampler.sampling.max_new_tokens - 1)
+        times["decode_ms_per_token"].append(per_token)
+        started = time.perf_counter()
+        sampler.generate(prompts)
+        times["generate_ms"].append((time.perf_counter() - started) * 1e3)
+    return {key: round(statistics.median(values), 3) for key, values in times.items()}
+
+
+def make_trainer_class(
+    fast: bool,
+    compile_layers: bool,
+    fast_training: bool,
+    profile_dir: Path | None = None,
+    label: str = "",
+    compile_options: dict[str, Any] | None = None,
+) -> Any:
     import torch
     from nodus.trainer.fast_grpo import FastGRPOTrainer
 
@@ -96,10 +205,13 @@ def make_trainer_class(fast: bool, compile_layers: bool, fast_training: bool) ->
                 fast_generation=fast,
                 fast_training=fast and fast_training,
                 compile_layers=compile_layers,
+                **(compile_options or {}),
                 **kwargs,
             )
             self.rollout_times: list[float] = []
             ProfiledTrainer.instances.append(self)
+            if profile_dir is not None:
+                self.add_callback(profile_callback(profile_dir, label))
 
         def _generate_and_score_completions(self, inputs: Any) -> Any:
             if torch.cuda.is_available():
@@ -187,15 +299,25 @@ def fidelity(trainer: Any) -> dict[str, Any]:
     return result
 
 
-def run_path(stock: Any, shape: str, path: str, steps: int, check_fidelity: bool) -> dict[str, Any]:
+def run_path(
+    stock: Any, shape: str, path: str, steps: int, check_fidelity: bool, profile_dir: Path | None = None
+) -> dict[str, Any]:
     import torch
 
     engine, *options = path.split("+")
-    unknown = set(options) - set(CONFIG_OPTIONS) - {"hf-forward"}
+    unknown = set(options) - set(CONFIG_OPTIONS) - set(COMPILE_OPTIONS) - {"hf-forward"}
     if engine not in ("stock", "fast", "fast-compiled") or unknown:
-        raise ValueError(f"unknown path {path!r}: use stock, fast or fast-compiled, optionally +nogc, +tc, +hf-forward")
+        raise ValueError(
+            f"unknown path {path!r}: use stock, fast or fast-compiled, optionally +nogc, +tc, +hf-forward, +stack, "
+            "+autotune"
+        )
     trainer_class = make_trainer_class(
-        fast=engine != "stock", compile_layers=engine == "fast-compiled", fast_training="hf-forward" not in options
+        fast=engine != "stock",
+        compile_layers=engine == "fast-compiled",
+        fast_training="hf-forward" not in options,
+        profile_dir=profile_dir,
+        label=f"{shape}-{path}",
+        compile_options={k: v for option in options for k, v in COMPILE_OPTIONS.get(option, {}).items()},
     )
     results: list[dict[str, Any]] = []
     config_class = stock.GRPOConfig
@@ -241,6 +363,8 @@ def run_path(stock: Any, shape: str, path: str, steps: int, check_fidelity: bool
     if trainer._sampler is not None:
         row["cuda_graph"] = trainer._sampler.use_cuda_graph and trainer._sampler.capture_error is None
         row["capture_error"] = trainer._sampler.capture_error
+    if engine != "stock" and torch.cuda.is_available():
+        row["decode_timing"] = decode_timing(trainer)
     if check_fidelity and engine != "stock":
         try:
             row["fidelity"] = fidelity(trainer)
@@ -369,6 +493,9 @@ def main() -> None:
         "--steps", default="qwen3-0.6b=12,qwen3-8b=8", help="steps per shape (the first 3 are dropped as warm-up)"
     )
     parser.add_argument("--json-out", type=Path, help="append one JSON line per path here")
+    parser.add_argument(
+        "--profile", type=Path, metavar="DIR", help="profile steps 5-6 of every path (torch.profiler) into DIR"
+    )
     args = parser.parse_args()
     check_imports()
     import_nodus_trainer()
@@ -390,7 +517,7 @@ def main() -> None:
     for shape, paths in plan:
         for path in paths:
             try:
-                row = run_path(stock, shape, path, steps.get(shape, 8), check_fidelity=True)
+                row = run_path(stock, shape, path, steps.get(shape, 8), check_fidelity=True, profile_dir=args.profile)
             except Exception as error:  # keep going: the other paths still report
                 print(f"FAILED {shape}/{path}: {type(error).__name__}: {str(error)[:800]}", flush=True)
                 continue

@@ -100,10 +100,35 @@ def _train_layer(
     return x + _lora_linear(F.silu(gate_up[..., :inter]) * gate_up[..., inter:], layer.down)
 
 
+def _train_stack(
+    x: torch.Tensor,
+    layers: list[_TrainLayer],
+    shape: _Shape,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    mask: torch.Tensor | None,
+    checkpointing: bool,
+) -> torch.Tensor:
+    """Every layer in one function, so that one compilation covers the whole stack (forward and backward)."""
+    for layer in layers:
+        if checkpointing:
+            x = checkpoint(_train_layer, x, layer, shape, cos, sin, mask, use_reentrant=False)
+        else:
+            x = _train_layer(x, layer, shape, cos, sin, mask)
+    return x
+
+
 class FastBackbone:
     """Stands in for `model.model.forward` (the decoder stack) in training forwards; see the module docstring."""
 
-    def __init__(self, weights: FastWeights, *, compile_layers: bool = False) -> None:
+    def __init__(
+        self,
+        weights: FastWeights,
+        *,
+        compile_layers: bool = False,
+        compile_stack: bool = False,
+        compile_mode: str | None = None,
+    ) -> None:
         self.weights = weights
         self.model = weights.model
         self.layers = [
@@ -121,9 +146,10 @@ class FastBackbone:
         ]
         # dynamic=False: with symbolic sizes the layer's head counts turn into SymInts that SDPA's enable_gqa rejects
         # (seen on the 8B shape); each new sequence length compiles once instead.
-        self.layer_fn: Any = (
-            torch.compile(_train_layer, fullgraph=True, dynamic=False) if compile_layers else _train_layer
-        )
+        options: dict[str, Any] = {"fullgraph": True, "dynamic": False, "mode": compile_mode}
+        self.layer_fn: Any = torch.compile(_train_layer, **options) if compile_layers else _train_layer
+        # compile_stack (an experiment the benchmark measures): the whole stack, checkpointing included, as one graph.
+        self.stack_fn: Any = torch.compile(_train_stack, **options) if compile_stack else None
         self.original_forward = self.model.model.forward
         self.calls = 0  # forwards this backbone handled (the rest went to the model's own)
 
@@ -164,6 +190,9 @@ class FastBackbone:
             mask = (causal[None] & valid[:, None, :]) | torch.eye(steps, dtype=torch.bool, device=x.device)[None]
             mask = mask[:, None]
         checkpointing = torch.is_grad_enabled() and getattr(model, "gradient_checkpointing", False)
+        if self.stack_fn is not None:
+            x = self.stack_fn(x, self.layers, self.weights.shape, cos, sin, mask, checkpointing)
+            return BaseModelOutputWithPast(last_hidden_state=_rms_norm(x, model.norm.weight, self.weights.shape.eps))
         for layer in self.layers:
             if checkpointing:
                 x = checkpoint(self.layer_fn, x, layer, self.weights.shape, cos, sin, mask, use_reentrant=False)

@@ -274,6 +274,42 @@ def _layer_forward(
     return x + _linear(h, layer.down, None, layer.down_lora)
 
 
+def _prefill_layer(
+    x: torch.Tensor,
+    layer: _Layer,
+    shape: _Shape,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    mask: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot: torch.Tensor,
+) -> torch.Tensor:
+    # A code object of its own, so the prompt-length buckets it is compiled for do not count against the decode
+    # step's compilations (torch.compile caps recompilations per code object).
+    return _layer_forward(x, layer, shape, cos, sin, mask, k_cache, v_cache, slot)
+
+
+def _decoder_stack(
+    x: torch.Tensor,
+    layers: list[_Layer],
+    shape: _Shape,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    mask: torch.Tensor,
+    k_caches: list[torch.Tensor],
+    v_caches: list[torch.Tensor],
+    slot: torch.Tensor,
+) -> torch.Tensor:
+    """Every layer in one function, so that one compilation can fuse across layer boundaries."""
+    for layer, k_cache, v_cache in zip(layers, k_caches, v_caches, strict=True):
+        x = _layer_forward(x, layer, shape, cos, sin, mask, k_cache, v_cache, slot)
+    return x
+
+
+PROMPT_BUCKET = 64  # compiled prefill: prompts are left-padded to a multiple of this, one compilation per bucket
+
+
 @dataclass
 class Rollout:
     """Sampled completions: `tokens[b, :lengths[b]]` is completion b, ending with its EOS when it has one."""
@@ -355,6 +391,8 @@ class StaticCacheSampler:
         pad_token_id: int,
         use_cuda_graph: bool | None = None,
         compile_layers: bool = False,
+        compile_stack: bool = False,
+        compile_mode: str | None = None,
         check_every: int = 16,
         weights: FastWeights | None = None,
     ) -> None:
@@ -368,7 +406,14 @@ class StaticCacheSampler:
         self.device = self.model.lm_head.weight.device
         self.dtype = self.model.lm_head.weight.dtype
         self.use_cuda_graph = (self.device.type == "cuda") if use_cuda_graph is None else use_cuda_graph
-        self.layer_fn = torch.compile(_layer_forward, fullgraph=True, dynamic=False) if compile_layers else None
+        # compile_stack: the decode step's whole decoder stack as one compiled graph (longer compilation, fewer
+        # kernels); compile_mode: torch.compile's mode (e.g. "max-autotune-no-cudagraphs"). Both are experiments the
+        # benchmark measures; the default is one compiled layer function serving every layer.
+        compile_layers = compile_layers or compile_stack
+        options: dict[str, Any] = {"fullgraph": True, "dynamic": False, "mode": compile_mode}
+        self.layer_fn = torch.compile(_layer_forward, **options) if compile_layers and not compile_stack else None
+        self.stack_fn = torch.compile(_decoder_stack, **options) if compile_stack else None
+        self.prefill_fn = torch.compile(_prefill_layer, **options) if compile_layers else None
         self._eos = torch.tensor(sampling.eos_token_ids or [-1], device=self.device)
         self._has_eos = bool(sampling.eos_token_ids)
         self._state: _DecodeState | None = None
@@ -380,13 +425,15 @@ class StaticCacheSampler:
     # ---- sampling ----
     def generate(self, prompts: list[list[int]]) -> Rollout:
         batch, prompt_len = len(prompts), max(len(p) for p in prompts)
+        if self.prefill_fn is not None:
+            prompt_len = -(-prompt_len // PROMPT_BUCKET) * PROMPT_BUCKET
         capacity = prompt_len + self.sampling.max_new_tokens
         state = self._state
         if state is None or state.batch != batch or state.capacity < capacity:
             # Round the cache up so that prompts of slightly different lengths reuse one captured graph.
             state = self._state = _DecodeState(self, batch, -(-capacity // 128) * 128)
         with torch.no_grad():
-            state.prefill(prompts)
+            state.prefill(prompts, prompt_len)
             finished = self.sampling.max_new_tokens <= 1
             for step in range(1, self.sampling.max_new_tokens):
                 if finished:
@@ -450,12 +497,16 @@ class _DecodeState:
         mask: torch.Tensor,
         slots: torch.Tensor,
         layer_fn: Any = _layer_forward,
+        stack_fn: Any = None,
     ) -> torch.Tensor:
         """Hidden state after the final norm for the last position of each row."""
         sampler = self.sampler
         x = F.embedding(tokens, sampler.model.model.embed_tokens.weight)
-        for layer, k_cache, v_cache in zip(sampler.layers, self.k_cache, self.v_cache, strict=True):
-            x = layer_fn(x, layer, sampler.shape, cos, sin, mask, k_cache, v_cache, slots)
+        if stack_fn is not None:
+            x = stack_fn(x, sampler.layers, sampler.shape, cos, sin, mask, self.k_cache, self.v_cache, slots)
+        else:
+            for layer, k_cache, v_cache in zip(sampler.layers, self.k_cache, self.v_cache, strict=True):
+                x = layer_fn(x, layer, sampler.shape, cos, sin, mask, k_cache, v_cache, slots)
         return _rms_norm(x[:, -1], sampler.model.model.norm.weight, sampler.shape.eps)
 
     def _sample(self, hidden: torch.Tensor) -> None:
@@ -501,7 +552,10 @@ class _DecodeState:
         mask = self.key_bias
         cos = self.cos_table.index_select(0, self.position)[:, None]
         sin = self.sin_table.index_select(0, self.position)[:, None]
-        hidden = self._forward(self.token[:, None], cos, sin, mask, self.slot, self.sampler.layer_fn or _layer_forward)
+        sampler = self.sampler
+        hidden = self._forward(
+            self.token[:, None], cos, sin, mask, self.slot, sampler.layer_fn or _layer_forward, sampler.stack_fn
+        )
         self._sample(hidden)
         self.position += 1
         self.slot += 1
@@ -529,9 +583,10 @@ class _DecodeState:
         else:
             self._decode_step()
 
-    def prefill(self, prompts: list[list[int]]) -> None:
+    def prefill(self, prompts: list[list[int]], length: int | None = None) -> None:
+        """Run the prompts (left-padded to `length`, default the longest) through the model and sample token 0."""
         sampler, device = self.sampler, self.sampler.device
-        length = max(len(p) for p in prompts)
+        length = max(len(p) for p in prompts) if length is None else length
         padded = [[sampler.pad_token_id] * (length - len(p)) + list(p) for p in prompts]
         tokens = torch.tensor(padded, dtype=torch.long, device=device)
         pads = torch.tensor([length - len(p) for p in prompts], device=device)
@@ -554,7 +609,7 @@ class _DecodeState:
         sin = self.sin_table[positions]
         slots = columns
         self.step.zero_()
-        hidden = self._forward(tokens, cos, sin, full_mask, slots)
+        hidden = self._forward(tokens, cos, sin, full_mask, slots, sampler.prefill_fn or _layer_forward)
         self._sample(hidden)
         self.position.copy_(positions[:, -1] + 1)
         self.slot.fill_(length)

@@ -35,11 +35,14 @@ class FastGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         fast_generation: bool = True,
         fast_training: bool = True,
         compile_layers: bool = False,
+        compile_stack: bool = False,
+        compile_mode: str | None = None,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
         self.fast_generation = fast_generation
         self.compile_layers = compile_layers
+        self.compile_options: dict[str, Any] = {"compile_stack": compile_stack, "compile_mode": compile_mode}
         self.generation_times: list[float] = []
         self.last_rollout: Rollout | None = None
         self._sampler: StaticCacheSampler | None = None
@@ -54,7 +57,7 @@ class FastGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         if fast_training and self._weights is not None:
             self.training_fallback_reason = fast_backbone.unsupported_reason(self._weights)
             if self.training_fallback_reason is None:
-                self.backbone = FastBackbone(self._weights, compile_layers=compile_layers)
+                self.backbone = FastBackbone(self._weights, compile_layers=compile_layers, **self.compile_options)
                 self.backbone.install()
             else:
                 log.info("Training forwards use the model's own: %s.", self.training_fallback_reason)
@@ -103,6 +106,7 @@ class FastGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
                 pad_token_id=self._tokenizer.pad_token_id,
                 compile_layers=self.compile_layers,
                 weights=self._weights,
+                **self.compile_options,
             )
             self._sampler_step = self.state.global_step
         elif self._sampler_step != self.state.global_step:
