@@ -46,6 +46,7 @@ CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
 COMPILE_OPTIONS: dict[str, dict[str, Any]] = {
     "stack": {"compile_stack": True},
     "autotune": {"compile_mode": "max-autotune-no-cudagraphs"},
+    "nograph": {"training_graphs": False},  # the training forward/backward without CUDA graphs
 }
 REQUIRED = ("torch", "transformers", "peft", "accelerate", "trl", "datasets")
 
@@ -309,14 +310,14 @@ def run_path(
     if engine not in ("stock", "fast", "fast-compiled") or unknown:
         raise ValueError(
             f"unknown path {path!r}: use stock, fast or fast-compiled, optionally +nogc, +tc, +hf-forward, +stack, "
-            "+autotune"
+            "+autotune, +nograph"
         )
     trainer_class = make_trainer_class(
         fast=engine != "stock",
         compile_layers=engine == "fast-compiled",
         fast_training="hf-forward" not in options,
         profile_dir=profile_dir,
-        label=f"{shape}-{path}",
+        label=f"{shape}-{path}".replace("+", "_"),
         compile_options={k: v for option in options for k, v in COMPILE_OPTIONS.get(option, {}).items()},
     )
     results: list[dict[str, Any]] = []
@@ -360,6 +361,9 @@ def run_path(
         row["update_s_median"] = round(row["step_s_median"] - row["rollout_s_median"], 4)
     row["fast_path"] = trainer.fast_path_reason() or "used"
     row["fast_training"] = trainer.training_fallback_reason or f"used ({trainer.backbone.calls} forwards)"
+    if trainer.backbone is not None:
+        row["training_graph_calls"] = trainer.backbone.graph_calls
+        row["training_graph_error"] = trainer.backbone.graph_error
     if trainer._sampler is not None:
         row["cuda_graph"] = trainer._sampler.use_cuda_graph and trainer._sampler.capture_error is None
         row["capture_error"] = trainer._sampler.capture_error

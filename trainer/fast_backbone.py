@@ -16,6 +16,7 @@ inputs) goes to the model's own forward.
 
 from __future__ import annotations
 
+import logging
 from types import MethodType
 from typing import Any, NamedTuple
 
@@ -23,6 +24,11 @@ import torch
 import torch.nn.functional as F
 from nodus.trainer.fast_generation import FastWeights, _heads, _Projection, _rms_norm, _Shape
 from torch.utils.checkpoint import checkpoint
+
+log = logging.getLogger(__name__)
+
+SEQ_BUCKET = 32  # CUDA-graph training: sequences are right-padded to a multiple of this, one capture per length
+MAX_GRAPHS = 8  # captured sequence lengths kept; longer-tailed length mixes run the rest without graphs
 
 
 class _Adapter(NamedTuple):
@@ -112,10 +118,94 @@ def _train_stack(
     """Every layer in one function, so that one compilation covers the whole stack (forward and backward)."""
     for layer in layers:
         if checkpointing:
-            x = checkpoint(_train_layer, x, layer, shape, cos, sin, mask, use_reentrant=False)
+            x = checkpoint(_train_layer, x, layer, shape, cos, sin, mask, use_reentrant=False, preserve_rng_state=False)
         else:
             x = _train_layer(x, layer, shape, cos, sin, mask)
     return x
+
+
+class _GraphedStack:
+    """The decoder stack's forward and backward for one input shape, each captured once as a CUDA graph.
+
+    Why: the update is bound by the host (about 100 kernel launches per layer and step with checkpointing, each some
+    microseconds of Python), not by the GPU. A replay launches them all at once. Inputs are copied into static
+    buffers; the frozen weights and the LoRA parameters are read in place (the optimizer updates them in place, so
+    their addresses never change). With `use_cuda_graph=False` the same object runs eagerly (the CPU tests)."""
+
+    def __init__(self, run: Any, inputs: list[torch.Tensor | None], params: list[torch.Tensor], use_cuda_graph: bool):
+        self.run, self.params, self.use_cuda_graph = run, params, use_cuda_graph
+        self.static_in = [t.detach().clone() if t is not None else None for t in inputs]
+        self.generation = 0  # forwards run so far; a backward must belong to the latest one
+        self.pending = False  # a forward whose backward has not run yet (its activations live in the graph)
+        self.eager_out: torch.Tensor | None = None
+        if use_cuda_graph:
+            self._capture()
+
+    def _grads(self, out: torch.Tensor, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        return torch.autograd.grad(out, self.params, grad_out, allow_unused=True)
+
+    def _capture(self) -> None:
+        # Warm up on a side stream (compilation, cuBLAS and cuDNN handles), as torch.cuda.graphs asks.
+        stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream), torch.enable_grad():
+            for _ in range(2):
+                out = self.run(*self.static_in)
+                self._grads(out, torch.ones_like(out))
+                del out
+        torch.cuda.current_stream().wait_stream(stream)
+        pool = torch.cuda.graph_pool_handle()
+        self.forward_graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.forward_graph, pool=pool), torch.enable_grad():
+            self.static_out = self.run(*self.static_in)
+        self.static_grad_out = torch.empty_like(self.static_out)
+        self.backward_graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.backward_graph, pool=pool):
+            self.static_grads = self._grads(self.static_out, self.static_grad_out)
+
+    def forward(self, inputs: list[torch.Tensor | None]) -> torch.Tensor:
+        for static, given in zip(self.static_in, inputs, strict=True):
+            if static is not None and given is not None and static.data_ptr() != given.data_ptr():
+                static.copy_(given)
+        self.generation += 1
+        self.pending = True
+        if self.use_cuda_graph:
+            self.forward_graph.replay()
+            return self.static_out.detach().clone()  # the next replay overwrites static_out
+        with torch.enable_grad():
+            self.eager_out = self.run(*self.static_in)
+        return self.eager_out.detach().clone()
+
+    def backward(self, generation: int, grad_out: torch.Tensor) -> list[torch.Tensor | None]:
+        if generation != self.generation or not self.pending:
+            raise RuntimeError("a CUDA-graph training forward was run again before the backward of the previous one")
+        self.pending = False
+        if self.use_cuda_graph:
+            self.static_grad_out.copy_(grad_out)
+            self.backward_graph.replay()
+            grads = self.static_grads
+        else:
+            assert self.eager_out is not None
+            grads = self._grads(self.eager_out, grad_out)
+            self.eager_out = None
+        # Fresh tensors: autograd may keep a returned gradient as the parameter's .grad, and the next replay
+        # overwrites the static ones.
+        present = [g for g in grads if g is not None]
+        copies = iter(torch._foreach_mul(present, 1.0)) if present else iter(())
+        return [next(copies) if g is not None else None for g in grads]
+
+
+class _GraphedStackFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, graphed: _GraphedStack, inputs: list[torch.Tensor | None], *params: torch.Tensor) -> Any:
+        ctx.graphed = graphed
+        out = graphed.forward(inputs)
+        ctx.generation = graphed.generation
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> Any:
+        return (None, None, *ctx.graphed.backward(ctx.generation, grad_out))
 
 
 class FastBackbone:
@@ -128,6 +218,7 @@ class FastBackbone:
         compile_layers: bool = False,
         compile_stack: bool = False,
         compile_mode: str | None = None,
+        cuda_graphs: bool | None = None,
     ) -> None:
         self.weights = weights
         self.model = weights.model
@@ -152,6 +243,21 @@ class FastBackbone:
         self.stack_fn: Any = torch.compile(_train_stack, **options) if compile_stack else None
         self.original_forward = self.model.model.forward
         self.calls = 0  # forwards this backbone handled (the rest went to the model's own)
+        # Training forwards and backwards replayed as CUDA graphs (default on CUDA); False runs them plainly, and
+        # "emulate" runs the graph bookkeeping eagerly (the CPU tests of that code).
+        device = self.model.lm_head.weight.device
+        self.cuda_graphs: bool | str = (device.type == "cuda") if cuda_graphs is None else cuda_graphs
+        self.graph_error: str | None = None
+        self.graph_calls = 0  # forwards that replayed a captured graph
+        self._graphs: dict[tuple[Any, ...], _GraphedStack] = {}
+        params: dict[int, torch.Tensor] = {}
+        for layer in self.layers:
+            for projection in (layer.qkv, layer.o, layer.gate_up, layer.down):
+                for adapter in projection.adapters:
+                    if adapter is not None:
+                        params.setdefault(id(adapter.a), adapter.a)
+                        params.setdefault(id(adapter.b), adapter.b)
+        self.params = list(params.values())
 
     def install(self) -> None:
         backbone = self
@@ -166,11 +272,14 @@ class FastBackbone:
     def uninstall(self) -> None:
         self.model.model.__dict__.pop("forward", None)
 
-    @staticmethod
-    def handles(kwargs: dict[str, Any]) -> bool:
-        """Only plain training forwards: no cache, no precomputed embeddings or positions, no extra outputs."""
+    def handles(self, kwargs: dict[str, Any]) -> bool:
+        """Only plain forwards with the adapter on: no cache, no precomputed embeddings or positions, no extra
+        outputs. With peft's `disable_adapter()` (TRL's reference model when beta > 0) the model's own forward runs."""
         if kwargs.get("use_cache"):
             return False
+        for projection in self.weights.projections[:1]:
+            if any(getattr(module, "disable_adapters", False) for module in projection.modules):
+                return False
         return all(value is None or key == "use_cache" for key, value in kwargs.items())
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> Any:
@@ -178,24 +287,72 @@ class FastBackbone:
 
         self.calls += 1
         model = self.model.model
-        batch, steps = input_ids.shape
+        steps = input_ids.shape[1]
+        # Left padding (rows of different prompt lengths) needs a mask; without it SDPA runs causal-only, its fastest.
+        left_padded = attention_mask is not None and not bool(attention_mask.all())
+        graphs = bool(self.cuda_graphs) and torch.is_grad_enabled() and self.graph_error is None
+        if graphs and steps % SEQ_BUCKET:
+            # Right padding keeps the captured lengths few; causal attention keeps the real positions unchanged.
+            extra = SEQ_BUCKET - steps % SEQ_BUCKET
+            input_ids = F.pad(input_ids, (0, extra), value=0)
+            if attention_mask is not None:
+                attention_mask = F.pad(attention_mask, (0, extra), value=0)
+        length = input_ids.shape[1]
         x = F.embedding(input_ids, model.embed_tokens.weight)
-        positions = torch.arange(steps, device=input_ids.device)[None]
+        positions = torch.arange(length, device=input_ids.device)[None]
         cos, sin = model.rotary_emb(x, positions)
-        mask = None  # causal only: lets SDPA take its fastest kernel
-        if attention_mask is not None and not bool(attention_mask.all()):
+        mask = None
+        if left_padded and attention_mask is not None:
             valid = attention_mask.bool()
-            causal = torch.ones(steps, steps, dtype=torch.bool, device=x.device).tril()
-            # A left-pad query sees no valid key; let it see itself (its output is never scored) instead of NaN.
-            mask = (causal[None] & valid[:, None, :]) | torch.eye(steps, dtype=torch.bool, device=x.device)[None]
+            causal = torch.ones(length, length, dtype=torch.bool, device=x.device).tril()
+            # A pad query sees no valid key; let it see itself (its output is never scored) instead of NaN.
+            mask = (causal[None] & valid[:, None, :]) | torch.eye(length, dtype=torch.bool, device=x.device)[None]
             mask = mask[:, None]
         checkpointing = torch.is_grad_enabled() and getattr(model, "gradient_checkpointing", False)
+        out = self._graphed(x, cos, sin, mask, checkpointing) if graphs else None
+        x = (out if out is not None else self._stack(x, cos, sin, mask, checkpointing))[:, :steps]
+        return BaseModelOutputWithPast(last_hidden_state=_rms_norm(x, model.norm.weight, self.weights.shape.eps))
+
+    def _stack(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None, checkpointing: bool
+    ) -> torch.Tensor:
+        shape = self.weights.shape
         if self.stack_fn is not None:
-            x = self.stack_fn(x, self.layers, self.weights.shape, cos, sin, mask, checkpointing)
-            return BaseModelOutputWithPast(last_hidden_state=_rms_norm(x, model.norm.weight, self.weights.shape.eps))
+            out: torch.Tensor = self.stack_fn(x, self.layers, shape, cos, sin, mask, checkpointing)
+            return out
         for layer in self.layers:
             if checkpointing:
-                x = checkpoint(self.layer_fn, x, layer, self.weights.shape, cos, sin, mask, use_reentrant=False)
+                # No RNG state to preserve (no dropout here), and saving it is not allowed inside a graph capture.
+                x = checkpoint(
+                    self.layer_fn, x, layer, shape, cos, sin, mask, use_reentrant=False, preserve_rng_state=False
+                )
             else:
-                x = self.layer_fn(x, layer, self.weights.shape, cos, sin, mask)
-        return BaseModelOutputWithPast(last_hidden_state=_rms_norm(x, model.norm.weight, self.weights.shape.eps))
+                x = self.layer_fn(x, layer, shape, cos, sin, mask)
+        return x
+
+    def _graphed(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None, checkpointing: bool
+    ) -> torch.Tensor | None:
+        """The stack through a captured graph for this shape, or None to run it plainly."""
+        key = (tuple(x.shape), None if mask is None else tuple(mask.shape), checkpointing, x.dtype)
+        graphed = self._graphs.get(key)
+        if graphed is None:
+            if len(self._graphs) >= MAX_GRAPHS:
+                return None
+
+            def run(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None) -> Any:
+                return self._stack(x, cos, sin, mask, checkpointing)
+
+            try:
+                graphed = _GraphedStack(run, [x, cos, sin, mask], self.params, self.cuda_graphs is True)
+            except Exception as error:  # noqa: BLE001 - any capture failure: still correct without graphs
+                # Only slower without graphs: say so once instead of failing the run.
+                self.graph_error = f"{type(error).__name__}: {error}"[:500]
+                log.warning("CUDA graph capture of the training forward failed, running plainly: %s", self.graph_error)
+                return None
+            self._graphs[key] = graphed
+        if graphed.pending:
+            return None  # the previous forward's backward has not run: its activations must stay
+        self.graph_calls += 1
+        out: torch.Tensor = _GraphedStackFunction.apply(graphed, [x, cos, sin, mask], *self.params)
+        return out

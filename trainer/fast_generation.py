@@ -195,6 +195,11 @@ def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, lo
         return y
     out = lora.b.shape[0]
     base, xa = y[..., :out], y[..., out:]
+    if torch.compiler.is_compiling() and y.shape[-2] == 1:
+        # Decoding, compiled: B's product over the few LoRA ranks as a reduction that inductor fuses into the kernel
+        # that consumes it. As a GEMM (addmm) it cost two more kernels per projection (a copy of `base`, then a
+        # GEMM with M = batch size), about a quarter of a decode step on the 0.6B shape.
+        return base + (xa.unsqueeze(-2) * lora.b).sum(-1)
     return torch.addmm(base.reshape(-1, out), xa.reshape(-1, lora.rank), lora.b.t()).reshape(*y.shape[:-1], out)
 
 

@@ -37,6 +37,7 @@ class FastGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         compile_layers: bool = False,
         compile_stack: bool = False,
         compile_mode: str | None = None,
+        training_graphs: bool | None = None,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
@@ -57,7 +58,9 @@ class FastGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         if fast_training and self._weights is not None:
             self.training_fallback_reason = fast_backbone.unsupported_reason(self._weights)
             if self.training_fallback_reason is None:
-                self.backbone = FastBackbone(self._weights, compile_layers=compile_layers, **self.compile_options)
+                self.backbone = FastBackbone(
+                    self._weights, compile_layers=compile_layers, cuda_graphs=training_graphs, **self.compile_options
+                )
                 self.backbone.install()
             else:
                 log.info("Training forwards use the model's own: %s.", self.training_fallback_reason)

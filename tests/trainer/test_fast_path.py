@@ -244,9 +244,12 @@ def _forward(model: Any, ids: torch.Tensor, mask: torch.Tensor, weights: torch.T
     return {"hidden": hidden[mask.bool()], "logp": logp.detach()[scored], "grads": grads}
 
 
-@pytest.mark.parametrize("padded", [False, True])
-def test_backbone_matches_model_forward_and_gradients(padded: bool) -> None:
-    """The fused backbone stands in for peft+transformers in training: same hidden states, log-probs and gradients."""
+@pytest.mark.parametrize(("padded", "graphs"), [(False, False), (True, False), (False, "emulate"), (True, "emulate")])
+def test_backbone_matches_model_forward_and_gradients(padded: bool, graphs: bool | str) -> None:
+    """The fused backbone stands in for peft+transformers in training: same hidden states, log-probs and gradients.
+
+    graphs="emulate" runs the CUDA-graph path's bookkeeping on the CPU: right padding to the captured length,
+    static input buffers, the autograd function that hands back fresh gradient tensors."""
     model = lora_model()
     model.get_base_model().gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
@@ -258,11 +261,12 @@ def test_backbone_matches_model_forward_and_gradients(padded: bool) -> None:
     weights = torch.randn(ids.shape[0], ids.shape[1] - 1, generator=torch.Generator().manual_seed(4))
 
     reference = _forward(model, ids, mask, weights)
-    backbone = FastBackbone(FastWeights(model))
+    backbone = FastBackbone(FastWeights(model), cuda_graphs=graphs)
     backbone.install()
     try:
         fast = _forward(model, ids, mask, weights)
         assert backbone.calls == 2, "both forwards must have gone through the fast backbone"
+        assert backbone.graph_calls == (1 if graphs else 0), "only the forward with gradients uses the graph path"
         with torch.no_grad():
             model(input_ids=ids, attention_mask=mask, use_cache=True)
             model(input_ids=ids, attention_mask=mask, past_key_values=transformers.DynamicCache())
@@ -279,6 +283,65 @@ def test_backbone_matches_model_forward_and_gradients(padded: bool) -> None:
     # Uninstalled: the model's own forward again.
     model(input_ids=ids, attention_mask=mask)
     assert backbone.calls == 2
+
+
+def test_backbone_graph_path_survives_two_forwards_before_a_backward() -> None:
+    """Two training forwards, then one backward over both: the second runs plainly (the first one's activations
+    live in the graph), and the gradients are those of the model's own forward."""
+    model = lora_model()
+    model.train()
+    ids = torch.randint(1, VOCAB, (2, 9), generator=torch.Generator().manual_seed(6))
+
+    def loss() -> Any:
+        first = model(input_ids=ids).logits.float().log_softmax(-1)[..., 3].sum()
+        second = model(input_ids=ids.flip(1)).logits.float().log_softmax(-1)[..., 5].sum()
+        return first + 2 * second
+
+    loss().backward()
+    reference = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    backbone = FastBackbone(FastWeights(model), cuda_graphs="emulate")
+    backbone.install()
+    try:
+        loss().backward()
+        loss().backward()  # accumulates: the graph path's gradients must not alias the previous .grad
+    finally:
+        backbone.uninstall()
+    assert backbone.graph_calls == 2 and backbone.calls == 4
+    for name, grad in reference.items():
+        torch.testing.assert_close(dict(model.named_parameters())[name].grad, 2 * grad, atol=1e-5, rtol=1e-5)
+
+
+def test_backbone_steps_aside_when_the_adapter_is_disabled() -> None:
+    """TRL's reference log-probs (beta > 0 with peft) come from `disable_adapter()`: that is the base model."""
+    model = lora_model()
+    ids = torch.randint(1, VOCAB, (2, 7), generator=torch.Generator().manual_seed(8))
+    with torch.no_grad(), model.disable_adapter():
+        reference = model(input_ids=ids).logits
+    backbone = FastBackbone(FastWeights(model))
+    backbone.install()
+    try:
+        with torch.no_grad():
+            with model.disable_adapter():
+                base = model(input_ids=ids).logits
+            adapted = model(input_ids=ids).logits
+    finally:
+        backbone.uninstall()
+    assert backbone.calls == 1, "only the forward with the adapter on goes through the fast backbone"
+    torch.testing.assert_close(base, reference)
+    assert not torch.allclose(adapted, reference), "the adapter must change the outputs"
+
+
+def test_compiled_sampler_matches_eager() -> None:
+    """The GPU default compiles the layer functions: prompts padded to a bucket, LoRA's B product as a fused
+    reduction in decoding. Same greedy tokens and log-probs as the eager sampler (torch.compile on the CPU)."""
+    model = lora_model()
+    eager = StaticCacheSampler(model, GREEDY, pad_token_id=PAD).generate(PROMPTS)
+    compiled_sampler = StaticCacheSampler(model, GREEDY, pad_token_id=PAD, compile_layers=True)
+    compiled = compiled_sampler.generate(PROMPTS)
+    assert compiled_sampler._state is not None and compiled_sampler._state.capacity >= 64 + GREEDY.max_new_tokens
+    assert compiled.tokens.tolist() == eager.tokens.tolist()
+    torch.testing.assert_close(compiled.logprobs, eager.logprobs, atol=1e-4, rtol=0)
 
 
 def test_unsupported_configurations_are_named() -> None:
