@@ -37,7 +37,7 @@ class FastGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         compile_layers: bool = False,
         compile_stack: bool = False,
         compile_mode: str | None = None,
-        training_graphs: bool | None = None,
+        training_graphs: bool = False,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
