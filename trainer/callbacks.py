@@ -52,11 +52,14 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]  # transformers is unt
         cost: CostMeter,
         say: Callable[[str], None],
         reference_step_seconds: float | None = None,
+        progress: Callable[[int, int, str], None] | None = None,
     ) -> None:
         self.run = run
         self.reward = reward
         self.cost = cost
         self.say = say
+        # (steps done, steps in all, the plain progress line): a live bar on a terminal; a plain line by default.
+        self.progress = progress or (lambda done, total, line: say(line))
         self.stopped_by_cost_cap = False
         self._step_started = time.monotonic()
         self._step_seconds: list[float] = []
@@ -110,7 +113,7 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]  # transformers is unt
         spent = self.cost.usd()
         row["spent_usd"] = None if spent is None else str(spent)
         self.run.append_metrics(row)
-        self.say(self._progress_line(state, row))
+        self.progress(state.global_step, state.max_steps, self._progress_line(state, row))
 
     def _progress_line(self, state: TrainerState, row: dict[str, Any]) -> str:
         step = self.step_seconds or 0.0

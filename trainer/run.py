@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import shutil
-import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from nodus.trainer.callbacks import CostMeter, RunCallback, format_duration
 from nodus.trainer.evaluate import Evaluation, evaluate
 from nodus.trainer.models import load_model_and_tokenizer, require_nf4_device, resolve_model
 from nodus.trainer.pricing import lookup_gpu
+from nodus.trainer.progress import Console
 from nodus.trainer.results import paired_comparison, plot_rewards, reward_signal, versions
 from nodus.trainer.rewards import SandboxReward, prompt_dataset
 from nodus.trainer.rundir import RunDir, read_json, write_json_atomic
@@ -42,13 +42,6 @@ class RunOptions:
     quiet: bool = False
     report_to: list[str] = field(default_factory=list)
 
-
-def say_to_stderr(quiet: bool) -> Any:
-    def say(line: str) -> None:
-        if not quiet:
-            print(line, file=sys.stderr, flush=True)
-
-    return say
 
 
 def resolve_environment(job: TrainingJob, environment: Environment | None, say: Any) -> tuple[Environment, str]:
@@ -79,7 +72,8 @@ def quiet_libraries() -> None:
 
 def train(job: TrainingJob, options: RunOptions, environment: Environment | None = None) -> dict[str, Any]:
     """Run ``job``; ``environment`` replaces the registry lookup (e.g. a function environment built in Python)."""
-    say = say_to_stderr(options.quiet)
+    console = Console(options.quiet)
+    say = console.say
     quiet_libraries()
     spec = job.spec
     env, distribution = resolve_environment(job, environment, say)
@@ -116,12 +110,15 @@ def train(job: TrainingJob, options: RunOptions, environment: Environment | None
         warn_if_no_signal(baseline, say)
         started = time.monotonic()
         trainer, callback, reward = build_trainer(
-            job, run, env, train_tasks, model, tokenizer, grader, cost, table_step_seconds, options, say
+            job, run, env, train_tasks, model, tokenizer, grader, cost, table_step_seconds, options, console
         )
         checkpoint = run.latest_checkpoint()
         if checkpoint is not None:
             restore_accounting(run, checkpoint, reward, say)
-        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        try:
+            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        finally:
+            console.close()  # the live bar (on a terminal) ends with training
         save_trained_weights(trainer, tokenizer, run)
         status = "stopped_by_cost_cap" if callback.stopped_by_cost_cap else "completed"
         final = None
@@ -239,14 +236,15 @@ def build_trainer(
     cost: CostMeter,
     table_step_seconds: float | None,
     options: RunOptions,
-    say: Any,
+    console: Console,
 ) -> tuple[Any, RunCallback, SandboxReward]:
     from nodus.trainer.fast_grpo import FastGRPOTrainer
     from transformers import PrinterCallback
     from trl import GRPOConfig
 
     reward = SandboxReward(grader)
-    callback = RunCallback(run, reward, cost, say, table_step_seconds)
+    say = console.say
+    callback = RunCallback(run, reward, cost, say, table_step_seconds, progress=console.step)
     mode = job.spec.parameters.fast_path
     on_gpu = torch.cuda.is_available()
     fast = mode == "on" or (mode == "auto" and on_gpu)

@@ -158,9 +158,18 @@ def test_identical_rewards_are_diagnosed(tiny_model: Path, tmp_path: Path) -> No
         "8",
         "--output",
         out,
+        "--tensorboard",
     )
     assert result.returncode == 0, result.stderr
     assert "warning: every held-out baseline score is 0" in result.stderr
+    # --tensorboard: TRL's TensorBoard logger wrote the per-step scalars under the run directory.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    (events,) = out.rglob("events.out.tfevents.*")
+    accumulator = EventAccumulator(str(events.parent))
+    accumulator.Reload()
+    assert [e.step for e in accumulator.Scalars("train/reward")] == [1, 2]
+    assert {"train/frac_reward_zero_std", "train/loss"} <= set(accumulator.Tags()["scalars"])
     assert (
         "warning: the reference answers of 4 of 4 held-out tasks are longer than maxCompletionLength" in result.stderr
     )
