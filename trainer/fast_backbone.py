@@ -138,6 +138,7 @@ class _GraphedStack:
         self.generation = 0  # forwards run so far; a backward must belong to the latest one
         self.pending = False  # a forward whose backward has not run yet (its activations live in the graph)
         self.eager_out: torch.Tensor | None = None
+        self.static_out: torch.Tensor | None = None
         if use_cuda_graph:
             self._capture()
 
@@ -157,11 +158,12 @@ class _GraphedStack:
         pool = torch.cuda.graph_pool_handle()
         self.forward_graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.forward_graph, pool=pool), torch.enable_grad():
-            self.static_out = self.run(*self.static_in)
-        self.static_grad_out = torch.empty_like(self.static_out)
+            static_out: torch.Tensor = self.run(*self.static_in)
+        self.static_out = static_out
+        self.static_grad_out = torch.empty_like(static_out)
         self.backward_graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.backward_graph, pool=pool):
-            self.static_grads = self._grads(self.static_out, self.static_grad_out)
+            self.static_grads = self._grads(static_out, self.static_grad_out)
 
     def forward(self, inputs: list[torch.Tensor | None]) -> torch.Tensor:
         for static, given in zip(self.static_in, inputs, strict=True):
@@ -170,6 +172,7 @@ class _GraphedStack:
         self.generation += 1
         self.pending = True
         if self.use_cuda_graph:
+            assert self.static_out is not None
             self.forward_graph.replay()
             return self.static_out.detach().clone()  # the next replay overwrites static_out
         with torch.enable_grad():
