@@ -9,7 +9,7 @@ results = api.train_on_function(prompts, reward=lambda prompt, completion: float
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -51,14 +51,17 @@ def train_on_function(
     name: str = "function-task",
     output: str | Path | None = None,
     quiet: bool = False,
+    references: Mapping[str, str] | None = None,
     **fields: Any,
 ) -> dict[str, Any]:
     """Train on ``prompts`` scored by ``reward(prompt, completion) -> float in [0, 1]``, in one call.
 
+    ``references`` (prompt -> a completion that scores 1) allow an SFT warm-up (``sft_warmup_steps=N``).
+
     Tasks are split into train and held-out by the usual rule (about one prompt in eight is held out); the
     reward runs in this process with ``sandbox: none``, which warns on every run.
     """
-    env = function_environment(name, prompts, reward)
+    env = function_environment(name, prompts, reward, references)
     held_out = sum(env.split_of(prompt) == "heldout" for prompt in dict.fromkeys(prompts))
     fields.setdefault("held_out_tasks", held_out)
     fields.setdefault("train_tasks", len(set(prompts)) - held_out)

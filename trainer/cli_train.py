@@ -35,6 +35,8 @@ FIELD_FLAGS: dict[str, tuple[str, Any]] = {
     "temperature": ("spec.parameters.temperature", float),
     "loss_type": ("spec.parameters.lossType", str),
     "fast_path": ("spec.parameters.fastPath", str),
+    "sft_warmup_steps": ("spec.parameters.sftWarmupSteps", int),
+    "sft_learning_rate": ("spec.parameters.sftLearningRate", float),
     "sandbox": ("spec.sandbox", str),
     "name": ("metadata.name", str),
 }

@@ -67,6 +67,9 @@ def quiet_libraries() -> None:
 
     logging.set_verbosity_error()
     logging.disable_progress_bar()
+    import datasets
+
+    datasets.disable_progress_bars()  # TRL's SFT data preparation ("Tokenizing train dataset ...")
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\..*")
 
 
@@ -86,6 +89,10 @@ def train(job: TrainingJob, options: RunOptions, environment: Environment | None
             "or --gpu-rate USD_PER_HOUR"
         )
     check_supported(job)
+    if spec.parameters.sft_warmup_steps:
+        from nodus.trainer.sft import reference_answer
+
+        reference_answer(env, train_tasks[0])  # an environment without references fails now, not after the baseline
     source = resolve_model(spec.model.uri)  # parses only: a malformed uri fails before anything is written
     grader = Grader(env, sandbox=spec.sandbox, limits=spec.sandbox_limits)  # checks the limits; starts nothing
     run = RunDir(options.output)
@@ -107,12 +114,21 @@ def train(job: TrainingJob, options: RunOptions, environment: Environment | None
     warn_if_answers_cannot_fit(env, heldout, tokenizer, spec.parameters.max_completion_length, say)
     with grader:
         baseline = baseline_evaluation(run, model, tokenizer, env, heldout, grader, spec.parameters, say)
-        warn_if_no_signal(baseline, say)
         started = time.monotonic()
+        checkpoint = run.latest_checkpoint()
+        warmup: dict[str, Any] | None = None
+        if spec.parameters.sft_warmup_steps and checkpoint is None:
+            # GRPO has not started: warm up (again, if a kill came before GRPO's first checkpoint).
+            model, warmup = run_sft_warmup(job, run, env, train_tasks, heldout, model, tokenizer, grader, say)
+        elif spec.parameters.sft_warmup_steps and run.sft.exists():
+            warmup = read_json(run.sft)  # GRPO's checkpoints hold the warmed-up adapter
+        if warmup is not None and checkpoint is not None:
+            say("the SFT warm-up is in the checkpoints (sft.json has its summary): not repeated")
+        starting_point = Evaluation.model_validate(warmup["afterSft"]) if warmup else baseline
+        warn_if_no_signal(starting_point, say, after_warmup=warmup is not None)
         trainer, callback, reward = build_trainer(
             job, run, env, train_tasks, model, tokenizer, grader, cost, table_step_seconds, options, console
         )
-        checkpoint = run.latest_checkpoint()
         if checkpoint is not None:
             restore_accounting(run, checkpoint, reward, say)
         try:
@@ -153,11 +169,63 @@ def train(job: TrainingJob, options: RunOptions, environment: Environment | None
         wall,
         rate,
         estimated_cost(job, options),
+        warmup,
     )
     write_json_atomic(run.results, results)
     plot_rewards(run.plot, run.read_metrics(), baseline, final)
     say(summary_line(baseline, final, results))
     return results
+
+
+def run_sft_warmup(
+    job: TrainingJob,
+    run: RunDir,
+    env: Environment,
+    train_tasks: list[Task],
+    heldout: list[Task],
+    model: Any,
+    tokenizer: Any,
+    grader: Grader,
+    say: Any,
+) -> tuple[Any, dict[str, Any]]:
+    """SFT on the train tasks' reference answers, then the held-out evaluation GRPO starts from (saved to sft.json)."""
+    from nodus.trainer.sft import DEFAULT_LEARNING_RATE, sft_warmup
+
+    p = job.spec.parameters
+    on_gpu = torch.cuda.is_available()
+    model, summary = sft_warmup(
+        model,
+        tokenizer,
+        env,
+        train_tasks,
+        steps=p.sft_warmup_steps,
+        learning_rate=p.sft_learning_rate or DEFAULT_LEARNING_RATE[p.method],
+        batch_size=p.batch_size,
+        seed=job.spec.environment.seed,
+        output_dir=str(run.path / "sft"),
+        peft_config=lora_config(p),
+        on_gpu=on_gpu,
+        bf16=on_gpu and torch.cuda.is_bf16_supported(),
+        say=say,
+    )
+    say(f"evaluation after the SFT warm-up on {len(heldout)} held-out tasks")
+    after = evaluate(model, tokenizer, env, heldout, grader, p.max_completion_length, p.eval_batch_size)
+    say(f"after SFT: mean score {after.mean_score:.3f}, pass rate {after.pass_rate:.3f}")
+    warmup = {**summary.to_json(), "afterSft": after.model_dump()}
+    write_json_atomic(run.sft, warmup)
+    return model, warmup
+
+
+def sft_results(warmup: dict[str, Any] | None, final: Evaluation | None, summary: Any) -> dict[str, Any] | None:
+    """The warm-up in results.json: its losses, the held-out scores after it, and what GRPO added on top."""
+    if warmup is None:
+        return None
+    after = Evaluation.model_validate(warmup["afterSft"])
+    return {
+        **{key: value for key, value in warmup.items() if key != "afterSft"},
+        "afterSft": summary(after),
+        "grpoDifference": paired_comparison(after, final) if final else None,
+    }
 
 
 def check_supported(job: TrainingJob) -> None:
@@ -214,13 +282,16 @@ def warn_if_answers_cannot_fit(env: Environment, tasks: list[Task], tokenizer: A
         )
 
 
-def warn_if_no_signal(baseline: Evaluation, say: Any) -> None:
-    scores = {t.score for t in baseline.tasks if t.score is not None}
+def warn_if_no_signal(start: Evaluation, say: Any, after_warmup: bool = False) -> None:
+    """Warn when every held-out score GRPO starts from is the same (the baseline, or the SFT warm-up's result)."""
+    scores = {t.score for t in start.tasks if t.score is not None}
     if len(scores) == 1:
         (score,) = scores
+        which = "score after the SFT warm-up" if after_warmup else "baseline score"
+        advice = "" if after_warmup else "consider an SFT warm-up on reference answers (--sft-warmup-steps N), or "
         say(
-            f"warning: every held-out baseline score is {score:g}: if training rewards look the same, every group "
-            "reward is identical and GRPO will not learn; consider SFT on reference answers first, or "
+            f"warning: every held-out {which} is {score:g}: if training rewards look the same, every group "
+            f"reward is identical and GRPO will not learn; {advice}"
             f"{'harder' if score >= 1 else 'easier'} tasks (or partial credit)"
         )
 
@@ -254,7 +325,8 @@ def build_trainer(
         args=grpo_config(GRPOConfig, job, run, options),
         train_dataset=prompt_dataset(env, train_tasks),
         processing_class=tokenizer,
-        peft_config=lora_config(job.spec.parameters),
+        # After an SFT warm-up the model already carries its adapter, which GRPO keeps training.
+        peft_config=None if hasattr(model, "peft_config") else lora_config(job.spec.parameters),
         callbacks=[callback],
         fast_generation=fast,
         fast_training=fast,
@@ -355,6 +427,7 @@ def assemble_results(
     wall_seconds: float,
     rate: Decimal | None,
     estimated_usd: str | None,
+    warmup: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     metrics = run.read_metrics()
     tokens = next((row["num_tokens"] for row in reversed(metrics) if "num_tokens" in row), None)
@@ -381,6 +454,7 @@ def assemble_results(
         "baseline": summary(baseline),
         "final": summary(final),
         "difference": paired_comparison(baseline, final) if final else None,
+        "sftWarmup": sft_results(warmup, final, summary),
         "training": {
             "steps": metrics[-1]["step"] if metrics else 0,
             "wallSeconds": round(wall_seconds, 2),

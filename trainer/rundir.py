@@ -2,6 +2,7 @@
 
 job.json           the resolved spec; a re-run with a different spec is refused
 baseline.json      held-out evaluation before training (reused on resume: never graded twice)
+sft.json           the SFT warm-up's summary and the held-out evaluation after it (when sftWarmupSteps > 0)
 checkpoints/       TRL checkpoints; one counts only once it carries COMPLETE (written last, atomically)
 metrics.jsonl      one line per logged training step
 spend.json         wall seconds spent on the run so far, across resumes (the cost meter's record)
@@ -51,6 +52,7 @@ class RunDir:
         self.path = path
         self.job = path / "job.json"
         self.baseline = path / "baseline.json"
+        self.sft = path / "sft.json"
         self.final = path / "final.json"
         self.metrics = path / "metrics.jsonl"
         self.results = path / "results.json"
@@ -65,7 +67,9 @@ class RunDir:
         Refuses a directory that holds a run of a different spec, naming the first difference.
         """
         if self.job.exists():
-            saved = read_json(self.job)
+            from nodus.trainer.spec import with_current_defaults
+
+            saved = with_current_defaults(read_json(self.job))
             difference = first_difference(saved, canonical_job)
             if difference is not None:
                 raise RunDirectoryConflict(

@@ -74,6 +74,16 @@ class Parameters(_Strict):
         description="Static-cache CUDA-graph rollouts and the written-out training forward (nodus.trainer.fast_grpo);"
         " auto: on with a CUDA GPU, off on CPU.",
     )
+    sft_warmup_steps: int = Field(
+        0,
+        alias="sftWarmupSteps",
+        ge=0,
+        description="Supervised steps on the train tasks' reference answers before GRPO (0: none). For a model whose"
+        " every reward is the same (GRPO cannot learn from it) this teaches the answer format first.",
+    )
+    sft_learning_rate: float | None = Field(
+        None, alias="sftLearningRate", gt=0.0, le=1.0, description="Default 2e-4 (LoRA, QLoRA) or 2e-5 (Full)."
+    )
     trl: dict[str, Any] = Field(default_factory=dict, description="Any other GRPOConfig field, passed through.")
 
     @model_validator(mode="after")
@@ -144,6 +154,15 @@ class TrainingJob(_Strict):
         return self.model_dump(mode="json", by_alias=True)
 
 
+def with_current_defaults(saved: dict[str, Any]) -> dict[str, Any]:
+    """A job.json saved by an older nodus, completed with the fields added since at their defaults (which keep the
+    old behaviour), so that upgrading nodus does not make a run directory refuse its own spec on resume."""
+    try:
+        return TrainingJob.model_validate(saved).canonical()
+    except ValidationError:
+        return saved  # not a spec this version reads: compared as it is, and the difference named
+
+
 # Flag of each field, for messages: a user who set a value by flag should be told the flag.
 FLAGS: dict[str, str] = {
     "spec.model.uri": "--model",
@@ -165,6 +184,8 @@ FLAGS: dict[str, str] = {
     "spec.parameters.temperature": "--temperature",
     "spec.parameters.lossType": "--loss-type",
     "spec.parameters.fastPath": "--fast-path",
+    "spec.parameters.sftWarmupSteps": "--sft-warmup-steps",
+    "spec.parameters.sftLearningRate": "--sft-learning-rate",
     "spec.sandbox": "--sandbox",
 }
 

@@ -44,6 +44,17 @@ def test_function_environment_splits_and_checks_its_reward() -> None:
         function_environment("one", ["same", "same"], lambda prompt, completion: 1.0)
 
 
+def test_sft_warmup_without_references_is_refused_before_any_work(tmp_path: Path) -> None:
+    prompts = [f"Task {i}: write a" for i in range(40)]
+    with pytest.raises(Exception) as raised:
+        api.train_on_function(prompts, share_of_a, name="letters", output=tmp_path / "run", sft_warmup_steps=4)
+    assert str(raised.value) == (
+        "sftWarmupSteps needs reference answers, and local/letters@1 has none (function environment 'letters' has "
+        "no reference answer for 'Task 6: write a'; pass references=); set sftWarmupSteps to 0 (--sft-warmup-steps 0)"
+    )
+    assert not (tmp_path / "run").exists(), "refused before anything is written"
+
+
 def test_unknown_keyword_names_the_known_fields() -> None:
     with pytest.raises(TypeError, match="unknown training field\\(s\\) num_generation; known: batch_size, beta"):
         api.train(env="graph-coloring@1", num_generation=4)

@@ -23,6 +23,18 @@ def test_same_spec_resumes_and_a_different_one_is_refused(tmp_path: Path) -> Non
     )
 
 
+def test_a_run_saved_before_a_field_existed_still_resumes(tmp_path: Path) -> None:
+    # A job.json written by an older nodus lacks the fields added since (here sftWarmupSteps and fastPath).
+    old = canonical()
+    del old["spec"]["parameters"]["sftWarmupSteps"], old["spec"]["parameters"]["fastPath"]
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "job.json").write_text(json.dumps(old))
+    run = RunDir(tmp_path / "run")
+    assert run.claim(canonical()) is True
+    with pytest.raises(RunDirectoryConflict, match=r"spec.parameters.sftWarmupSteps: 0 -> 5"):
+        run.claim(canonical(**{"spec.parameters.sftWarmupSteps": 5}))
+
+
 def test_a_foreign_directory_is_refused(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(RunDirectoryConflict, match="exists and is not a nodus run"):

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -137,6 +138,54 @@ def test_cost_cap_stops_training_and_records_the_status(tiny_model: Path, tmp_pa
     assert float(results["cost"]["actualUSD"]) <= 2.00
     assert "stopping: one more step would pass maxCostUSD 2.00" in result.stderr
     assert list((out / "checkpoints").glob("checkpoint-*/COMPLETE.json")), "the work done is kept"
+
+
+def test_sft_warmup_runs_before_grpo_and_a_resume_does_not_repeat_it(tiny_model: Path, tmp_path: Path) -> None:
+    # The random model never writes 'a' (baseline 0, so GRPO's groups would teach little); SFT on the reference
+    # answers ("aaaa") of the train tasks teaches it before GRPO starts.
+    out = tmp_path / "run"
+    args = [
+        "train",
+        "--model",
+        tiny_model,
+        *TOY,
+        "--max-steps",
+        "2",
+        "--save-steps",
+        "1",
+        "--sft-warmup-steps",
+        "12",
+        "--sft-learning-rate",
+        "1e-2",
+        "--output",
+        out,
+    ]
+    result = grpo(*args)
+    assert result.returncode == 0, result.stderr
+    assert "SFT warm-up: 12 steps on the reference answers of 64 train tasks, lr 0.01" in result.stderr
+    results = json.loads((out / "results.json").read_text())
+    warmup = results["sftWarmup"]
+    assert warmup["steps"] == 12 and len(warmup["lossPerStep"]) == 12
+    assert warmup["lossLast"] < warmup["lossFirst"]
+    assert results["baseline"]["meanScore"] < 0.2
+    assert warmup["afterSft"]["meanScore"] > results["baseline"]["meanScore"] + 0.5
+    assert set(warmup["afterSft"]["perTask"]) == set(results["heldOutTaskIds"])
+    assert warmup["grpoDifference"]["pairs"] == 8  # what GRPO added on top of the warm-up
+    assert results["job"]["spec"]["parameters"]["sftWarmupSteps"] == 12
+
+    # As if killed right after GRPO's first checkpoint: the re-run resumes from it without warming up again.
+    shutil.rmtree(out / "checkpoints" / "checkpoint-2")
+    shutil.rmtree(out / "adapter")
+    (out / "results.json").unlink()
+    (out / "final.json").unlink()
+    again = grpo(*args)
+    assert again.returncode == 0, again.stderr
+    assert "resuming from checkpoint-1" in again.stderr
+    assert "the SFT warm-up is in the checkpoints (sft.json has its summary): not repeated" in again.stderr
+    assert "SFT warm-up: 12 steps" not in again.stderr
+    resumed = json.loads((out / "results.json").read_text())
+    assert resumed["sftWarmup"]["lossPerStep"] == warmup["lossPerStep"]
+    assert resumed["training"]["steps"] == 2
 
 
 def test_identical_rewards_are_diagnosed(tiny_model: Path, tmp_path: Path) -> None:

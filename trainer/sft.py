@@ -1,0 +1,114 @@
+"""SFT warm-up: a few supervised steps on the environment's reference answers before GRPO.
+
+Why: GRPO learns only from differences between the completions of one prompt. A model that never produces a
+gradable answer (every reward 0, as the embedded SmolLM2-135M on graph colouring) gives every group the same
+reward and GRPO learns nothing. A short warm-up on (prompt, reference answer) pairs of the *train* tasks teaches
+the answer format first; GRPO then improves on it. Held-out tasks are never trained on.
+
+TRL's SFTTrainer does the work (prompt-completion data, loss on the completion only, the chat template), with the
+same LoRA configuration GRPO then keeps training, so the adapter GRPO starts from is the warm-up's.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from nodus.core.environment import Environment, Task
+from nodus.core.errors import NodusError
+
+# Common starting points when the spec gives none: LoRA SFT recipes use ~2e-4, full fine-tuning ~2e-5.
+DEFAULT_LEARNING_RATE = {"LoRA": 2e-4, "QLoRA": 2e-4, "Full": 2e-5}
+
+
+class NoReferenceAnswers(NodusError):
+    """The environment cannot give reference answers, so there is nothing to warm up on."""
+
+
+@dataclass(frozen=True)
+class WarmupSummary:
+    steps: int
+    learning_rate: float
+    losses: list[float]
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "steps": self.steps,
+            "learningRate": self.learning_rate,
+            "lossFirst": self.losses[0] if self.losses else None,
+            "lossLast": self.losses[-1] if self.losses else None,
+            "lossPerStep": self.losses,
+            "seconds": round(self.seconds, 1),
+        }
+
+
+def reference_answer(env: Environment, task: Task) -> str:
+    try:
+        return env.reference(task)
+    except NodusError as error:
+        raise NoReferenceAnswers(
+            f"sftWarmupSteps needs reference answers, and {env.id_text()} has none ({error}); "
+            "set sftWarmupSteps to 0 (--sft-warmup-steps 0)"
+        ) from None
+
+
+def warmup_dataset(env: Environment, tasks: list[Task]) -> Any:
+    """Prompt-completion pairs in TRL's conversational form: the GRPO prompt, then the reference as the answer."""
+    from datasets import Dataset
+
+    rows = [
+        {"prompt": env.prompt(task), "completion": [{"role": "assistant", "content": reference_answer(env, task)}]}
+        for task in tasks
+    ]
+    return Dataset.from_list(rows)
+
+
+def sft_warmup(
+    model: Any,
+    tokenizer: Any,
+    env: Environment,
+    tasks: list[Task],
+    *,
+    steps: int,
+    learning_rate: float,
+    batch_size: int,
+    seed: int,
+    output_dir: str,
+    peft_config: Any,
+    on_gpu: bool,
+    bf16: bool,
+    say: Any,
+) -> tuple[Any, WarmupSummary]:
+    """Train `steps` SFT steps; returns the trained model (a peft model when `peft_config` is given) and a summary."""
+    from transformers import PrinterCallback
+    from trl import SFTConfig, SFTTrainer
+
+    dataset = warmup_dataset(env, tasks)
+    config = SFTConfig(
+        output_dir=output_dir,
+        max_steps=steps,
+        learning_rate=learning_rate,
+        per_device_train_batch_size=batch_size,
+        logging_steps=1,
+        save_strategy="no",  # a warm-up is short: a kill repeats it (GRPO checkpoints hold its result)
+        report_to=[],
+        disable_tqdm=True,
+        seed=seed,
+        use_cpu=not on_gpu,
+        bf16=bf16,
+        completion_only_loss=True,  # learn the answer, not the prompt
+    )
+    say(f"SFT warm-up: {steps} steps on the reference answers of {len(tasks)} train tasks, lr {learning_rate:g}")
+    started = time.monotonic()
+    trainer = SFTTrainer(
+        model=model, args=config, train_dataset=dataset, processing_class=tokenizer, peft_config=peft_config
+    )
+    trainer.remove_callback(PrinterCallback)
+    trainer.train()
+    losses = [round(float(row["loss"]), 4) for row in trainer.state.log_history if "loss" in row]
+    summary = WarmupSummary(steps, learning_rate, losses, time.monotonic() - started)
+    if losses:
+        say(f"SFT warm-up done: loss {losses[0]:.3f} -> {losses[-1]:.3f} ({summary.seconds:.0f}s)")
+    return trainer.model, summary
