@@ -82,7 +82,8 @@ def test_defaults_without_a_file() -> None:
             {"spec.parameters.numGeneration": 4},
             "invalid job spec (flags): unknown field 'spec.parameters.numGeneration'; did you mean 'numGenerations'? "
             "allowed here: batchSize, beta, epochs, evalBatchSize, fastPath, generationBatchSize, learningRate, lora, "
-            "lossType, maxCompletionLength, maxSteps, method, numGenerations, saveSteps, sftLearningRate, sftWarmupSteps, temperature, trl",
+            "lossType, maxCompletionLength, maxSteps, method, numGenerations, saveSteps, sftLearningRate, "
+            "sftWarmupSteps, temperature, trl",
         ),
         (
             {"spec.parameters.method": "QLORA"},
