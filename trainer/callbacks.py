@@ -8,6 +8,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from nodus.trainer.ranks import Ranks
 from nodus.trainer.rewards import SandboxReward
 from nodus.trainer.rundir import RunDir
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
@@ -53,11 +54,16 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]  # transformers is unt
         say: Callable[[str], None],
         reference_step_seconds: float | None = None,
         progress: Callable[[int, int, str], None] | None = None,
+        ranks: Ranks | None = None,
+        reward_state: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.run = run
         self.reward = reward
         self.cost = cost
         self.say = say
+        # Under FSDP every process runs this callback: rank 0 writes and decides, the others follow it.
+        self.ranks = ranks or Ranks()
+        self.reward_state = reward_state or reward.state
         # (steps done, steps in all, the plain progress line): a live bar on a terminal; a plain line by default.
         self.progress = progress or (lambda done, total, line: say(line))
         self.stopped_by_cost_cap = False
@@ -84,13 +90,16 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]  # transformers is unt
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
         self._step_ended = time.monotonic()
         self._step_seconds.append(self._step_ended - self._step_started)
-        self.run.save_spend(self.cost.spent_seconds)
+        if self.ranks.main:
+            self.run.save_spend(self.cost.spent_seconds)
         self._check_cap(control, state)
 
     def _check_cap(self, control: TrainerControl, state: TrainerState) -> None:
         step = self.step_seconds
         wrap_up = 2 * self._save_seconds  # the checkpoint, then the adapter
-        if step is not None and self.cost.would_exceed(step + wrap_up) and state.global_step < state.max_steps:
+        over = step is not None and self.cost.would_exceed(step + wrap_up) and state.global_step < state.max_steps
+        # One decision for all processes (each measures its own step time; a split decision would hang them).
+        if self.ranks.broadcast(over):
             # Stop before the spend passes the cap, and keep what was learned: save a checkpoint now.
             self.stopped_by_cost_cap = True
             control.should_training_stop = True
@@ -105,8 +114,8 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]  # transformers is unt
         logs: dict[str, Any] | None = None,
         **_: Any,
     ) -> None:
-        if not logs or "reward" not in logs:
-            return  # the end-of-training summary log, not a step
+        if not logs or "reward" not in logs or not self.ranks.main:
+            return  # the end-of-training summary log, not a step; or not the process that writes
         row: dict[str, Any] = {"step": state.global_step, **{k: logs[k] for k in KEPT_METRICS if k in logs}}
         row["step_seconds"] = round(self._step_seconds[-1], 3) if self._step_seconds else None
         row["infrastructure_failures"] = self.reward.infrastructure_failures
@@ -135,12 +144,10 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]  # transformers is unt
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
         # Called after TRL wrote every file of the checkpoint: only now does it count as complete.
         self._save_seconds = time.monotonic() - self._step_ended
+        rewards = self.reward_state()  # every process's tally (a collective under FSDP: all take part)
         checkpoint = Path(str(args.output_dir)) / f"checkpoint-{state.global_step}"
-        if checkpoint.is_dir():
-            self.run.mark_complete(
-                checkpoint,
-                {"step": state.global_step, "rewards": self.reward.state()},
-            )
+        if self.ranks.main and checkpoint.is_dir():
+            self.run.mark_complete(checkpoint, {"step": state.global_step, "rewards": rewards})
 
 
 def format_duration(seconds: float) -> str:

@@ -76,3 +76,15 @@ class SandboxReward:
         self.graded = int(state.get("graded", 0))
         self.infrastructure_failures = int(state.get("infrastructureFailures", 0))
         self.reward_counts = Counter({float(k): int(v) for k, v in state.get("rewardCounts", {}).items()})
+
+
+def merge_reward_states(states: list[dict[str, Any]]) -> dict[str, Any]:
+    """The tallies of several processes (SandboxReward.state()) as one."""
+    counts: Counter[str] = Counter()
+    for state in states:
+        counts.update({key: int(value) for key, value in state.get("rewardCounts", {}).items()})
+    return {
+        "graded": sum(int(state.get("graded", 0)) for state in states),
+        "infrastructureFailures": sum(int(state.get("infrastructureFailures", 0)) for state in states),
+        "rewardCounts": {key: counts[key] for key in sorted(counts, key=float)},
+    }

@@ -24,12 +24,14 @@ from nodus.core.errors import NodusError
 from nodus.core.grading import Grader
 from nodus.core.registry import get_registry
 from nodus.trainer.callbacks import CostMeter, RunCallback, format_duration
+from nodus.trainer.distributed import FSDP_SETTINGS, in_child, launch
 from nodus.trainer.evaluate import Evaluation, evaluate
 from nodus.trainer.models import load_model_and_tokenizer, require_nf4_device, resolve_model
 from nodus.trainer.pricing import lookup_gpu
 from nodus.trainer.progress import Console
+from nodus.trainer.ranks import Ranks
 from nodus.trainer.results import paired_comparison, plot_rewards, reward_signal, versions
-from nodus.trainer.rewards import SandboxReward, prompt_dataset
+from nodus.trainer.rewards import SandboxReward, merge_reward_states, prompt_dataset
 from nodus.trainer.rundir import RunDir, read_json, write_json_atomic
 from nodus.trainer.spec import InvalidJobSpec, Parameters, TrainingJob
 
@@ -74,8 +76,12 @@ def quiet_libraries() -> None:
 
 
 def train(job: TrainingJob, options: RunOptions, environment: Environment | None = None) -> dict[str, Any]:
-    """Run ``job``; ``environment`` replaces the registry lookup (e.g. a function environment built in Python)."""
-    console = Console(options.quiet)
+    """Run ``job``; ``environment`` replaces the registry lookup (e.g. a function environment built in Python).
+
+    Under ``distributed.strategy: FSDP`` this process launches the run's processes (nodus.trainer.distributed) and
+    returns their results; each of those processes runs this function too, with `Ranks` saying what it does."""
+    ranks = Ranks()
+    console = Console(options.quiet or not ranks.main)
     say = console.say
     quiet_libraries()
     spec = job.spec
@@ -88,34 +94,46 @@ def train(job: TrainingJob, options: RunOptions, environment: Environment | None
             "maxCostUSD needs an hourly rate to measure spend against: pass --gpu NAME (see 'grpo estimate --help') "
             "or --gpu-rate USD_PER_HOUR"
         )
-    check_supported(job)
+    check_supported(job, function_environment=environment is not None)
     if spec.parameters.sft_warmup_steps:
         from nodus.trainer.sft import reference_answer
 
         reference_answer(env, train_tasks[0])  # an environment without references fails now, not after the baseline
     source = resolve_model(spec.model.uri)  # parses only: a malformed uri fails before anything is written
     grader = Grader(env, sandbox=spec.sandbox, limits=spec.sandbox_limits)  # checks the limits; starts nothing
+    if spec.distributed.strategy == "FSDP" and not in_child():
+        return launch(job, options, fsdp_processes(job))
     run = RunDir(options.output)
-    resuming = run.claim(job.canonical())
+    # What touches the run directory happens on rank 0; the others follow once it is done.
+    resuming = ranks.broadcast(run.claim(job.canonical()) if ranks.main else None)
     cost = CostMeter(rate, spec.max_cost_usd, previous_seconds=run.saved_spend())
     say(
         f"{'resuming' if resuming else 'starting'} {job.name} in {run.path}: {env.id_text()}, "
         f"{len(train_tasks)} train / {len(heldout)} held-out tasks, seed {spec.environment.seed}, "
         f"model {spec.model.uri}, {spec.parameters.method} r={spec.parameters.lora.r}"
+        + (f", FSDP over {ranks.world} processes" if ranks.world > 1 else "")
     )
     if run.results.exists() and read_json(run.results).get("status") in ("completed", "stopped_by_cost_cap"):
         say(f"this run is already finished; results in {run.results}")
         results: dict[str, Any] = read_json(run.results)
         return results
 
+    on_gpu = torch.cuda.is_available()
     model, tokenizer = load_model_and_tokenizer(
-        source, quantization="nf4" if spec.parameters.method == "QLoRA" else None
+        source,
+        quantization="nf4" if spec.parameters.method == "QLoRA" else None,
+        device=f"cuda:{ranks.local_rank}" if on_gpu else None,  # the baseline evaluation runs on the GPU too
     )
     warn_if_answers_cannot_fit(env, heldout, tokenizer, spec.parameters.max_completion_length, say)
     with grader:
-        baseline = baseline_evaluation(run, model, tokenizer, env, heldout, grader, spec.parameters, say)
+        if ranks.main:
+            baseline = baseline_evaluation(run, model, tokenizer, env, heldout, grader, spec.parameters, say)
+            latest = run.latest_checkpoint()  # removes half-written checkpoints: once, here
+        checkpoint_name = ranks.broadcast(str(latest) if ranks.main and latest else None)
+        checkpoint = Path(checkpoint_name) if checkpoint_name else None
+        if not ranks.main:
+            baseline = Evaluation.model_validate(read_json(run.baseline))
         started = time.monotonic()
-        checkpoint = run.latest_checkpoint()
         warmup: dict[str, Any] | None = None
         if spec.parameters.sft_warmup_steps and checkpoint is None:
             # GRPO has not started: warm up (again, if a kill came before GRPO's first checkpoint).
@@ -127,54 +145,109 @@ def train(job: TrainingJob, options: RunOptions, environment: Environment | None
         starting_point = Evaluation.model_validate(warmup["afterSft"]) if warmup else baseline
         warn_if_no_signal(starting_point, say, after_warmup=warmup is not None)
         trainer, callback, reward = build_trainer(
-            job, run, env, train_tasks, model, tokenizer, grader, cost, table_step_seconds, options, console
+            job, run, env, train_tasks, model, tokenizer, grader, cost, table_step_seconds, options, console, ranks
         )
         if checkpoint is not None:
-            restore_accounting(run, checkpoint, reward, say)
+            restore_accounting(run, checkpoint, reward, say, ranks)
         try:
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
         finally:
             console.close()  # the live bar (on a terminal) ends with training
-        save_trained_weights(trainer, tokenizer, run)
+        save_trained_weights(trainer, tokenizer, run, ranks)
         status = "stopped_by_cost_cap" if callback.stopped_by_cost_cap else "completed"
+        reward_state = merged_reward_state(reward, ranks)
+        # What actually ran (accelerate has been known to fall back from FSDP to DDP without a word).
+        distributed = {"processes": ranks.world, "accelerate": str(trainer.accelerator.distributed_type.value)}
         final = None
-        if callback.cost.would_exceed(baseline.seconds):
-            say("skipping the final evaluation: it would pass maxCostUSD")
-        else:
-            say(f"final evaluation on {len(heldout)} held-out tasks")
-            final = evaluate(
-                trainer.model,
-                tokenizer,
-                env,
-                heldout,
-                grader,
-                spec.parameters.max_completion_length,
-                spec.parameters.eval_batch_size,
-            )
-            write_json_atomic(run.final, final.model_dump())
+        if ranks.main:
+            if callback.cost.would_exceed(baseline.seconds):
+                say("skipping the final evaluation: it would pass maxCostUSD")
+            else:
+                say(f"final evaluation on {len(heldout)} held-out tasks")
+                # Under FSDP the trained weights are sharded over the processes: evaluate what was saved instead.
+                trained = trainer.model if ranks.world == 1 else load_trained(source, run, spec.parameters)
+                final = evaluate(
+                    trained,
+                    tokenizer,
+                    env,
+                    heldout,
+                    grader,
+                    spec.parameters.max_completion_length,
+                    spec.parameters.eval_batch_size,
+                )
+                write_json_atomic(run.final, final.model_dump())
+            run.save_spend(cost.spent_seconds)
         wall = time.monotonic() - started
-        run.save_spend(cost.spent_seconds)
-    results = assemble_results(
-        job,
-        run,
-        env,
-        distribution,
-        source.display,
-        heldout,
-        baseline,
-        final,
-        reward,
-        callback,
-        status,
-        wall,
-        rate,
-        estimated_cost(job, options),
-        warmup,
-    )
-    write_json_atomic(run.results, results)
-    plot_rewards(run.plot, run.read_metrics(), baseline, final)
-    say(summary_line(baseline, final, results))
+    if ranks.main:
+        results = assemble_results(
+            job,
+            run,
+            env,
+            distribution,
+            source.display,
+            heldout,
+            baseline,
+            final,
+            reward_state,
+            callback,
+            status,
+            wall,
+            rate,
+            estimated_cost(job, options),
+            warmup,
+            distributed,
+        )
+        write_json_atomic(run.results, results)
+        plot_rewards(run.plot, run.read_metrics(), baseline, final)
+        say(summary_line(baseline, final, results))
+    ranks.barrier()
+    results = read_json(run.results)
     return results
+
+
+def fsdp_processes(job: TrainingJob) -> int:
+    """How many processes an FSDP run starts: distributed.processes, or one per visible GPU."""
+    wanted = job.spec.distributed.processes
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if wanted is None and gpus == 0:
+        raise InvalidJobSpec(
+            "distributed.strategy FSDP shards the model over several GPUs and none is visible; on CPU (to test the "
+            "setup) set distributed.processes, e.g. 2"
+        )
+    processes = wanted or gpus
+    batch = job.spec.parameters.batch_size
+    if batch % processes:
+        raise InvalidJobSpec(
+            f"batchSize={batch} must be a multiple of the {processes} FSDP processes, because each process trains "
+            f"on an equal share of a step's completions; change batchSize or distributed.processes"
+        )
+    if processes < 2:
+        raise InvalidJobSpec(
+            f"distributed.strategy FSDP needs at least 2 processes ({processes} {'GPU' if gpus else 'process'} "
+            "here): remove spec.distributed to train on one device"
+        )
+    if gpus and processes > gpus:
+        raise InvalidJobSpec(
+            f"distributed.processes is {processes} but only {gpus} GPUs are visible: one process per GPU; "
+            f"set it to {gpus} or less"
+        )
+    return processes
+
+
+def merged_reward_state(reward: SandboxReward, ranks: Ranks) -> dict[str, Any]:
+    """The reward tally over every process (each grades its own share of the completions)."""
+    return merge_reward_states(ranks.gather(reward.state()))
+
+
+def load_trained(source: Any, run: RunDir, parameters: Parameters) -> Any:
+    """The trained model as saved in adapter/ (the base model plus the adapter, or the whole model for Full)."""
+    device = "cuda:0" if torch.cuda.is_available() else None
+    if parameters.method == "Full":
+        return load_model_and_tokenizer(resolve_model(str(run.adapter)), device=device)[0]
+    from peft import PeftModel
+
+    base = load_model_and_tokenizer(source, device=device)[0]
+    return PeftModel.from_pretrained(base, str(run.adapter))
 
 
 def run_sft_warmup(
@@ -228,14 +301,22 @@ def sft_results(warmup: dict[str, Any] | None, final: Evaluation | None, summary
     }
 
 
-def check_supported(job: TrainingJob) -> None:
+def check_supported(job: TrainingJob, function_environment: bool = False) -> None:
     """Refuse, before any work, what this version cannot run rather than silently doing something else."""
-    if job.spec.distributed.strategy == "FSDP":
-        raise InvalidJobSpec(
-            "distributed.strategy FSDP is accepted by the spec but multi-GPU training is not implemented in this "
-            "version of nodus; remove spec.distributed to train on one device"
-        )
     parameters = job.spec.parameters
+    if job.spec.distributed.strategy == "FSDP":
+        fsdp_processes(job)
+        unsupported = {
+            parameters.method == "QLoRA": "method QLoRA (4-bit weights need FSDP's quantized storage settings)",
+            parameters.sft_warmup_steps > 0: "sftWarmupSteps",
+            function_environment: "a Python function environment (the other processes cannot import it)",
+        }
+        for refused, what in unsupported.items():
+            if refused:
+                raise InvalidJobSpec(
+                    f"distributed.strategy FSDP does not support {what} in this version; train on one device "
+                    "(remove spec.distributed) or change that setting"
+                )
     if parameters.method == "QLoRA":
         require_nf4_device()
 
@@ -308,6 +389,7 @@ def build_trainer(
     table_step_seconds: float | None,
     options: RunOptions,
     console: Console,
+    ranks: Ranks,
 ) -> tuple[Any, RunCallback, SandboxReward]:
     from nodus.trainer.fast_grpo import FastGRPOTrainer
     from transformers import PrinterCallback
@@ -315,14 +397,17 @@ def build_trainer(
 
     reward = SandboxReward(grader)
     say = console.say
-    callback = RunCallback(run, reward, cost, say, table_step_seconds, progress=console.step)
+    callback = RunCallback(
+        run, reward, cost, say, table_step_seconds, console.step, ranks, lambda: merged_reward_state(reward, ranks)
+    )
     mode = job.spec.parameters.fast_path
     on_gpu = torch.cuda.is_available()
-    fast = mode == "on" or (mode == "auto" and on_gpu)
+    # The fast path reads whole weight matrices; under FSDP each process holds a shard: TRL's own path then.
+    fast = ranks.world == 1 and (mode == "on" or (mode == "auto" and on_gpu))
     trainer = FastGRPOTrainer(
         model=model,
         reward_funcs=reward,
-        args=grpo_config(GRPOConfig, job, run, options),
+        args=grpo_config(GRPOConfig, job, run, options, ranks.world),
         train_dataset=prompt_dataset(env, train_tasks),
         processing_class=tokenizer,
         # After an SFT warm-up the model already carries its adapter, which GRPO keeps training.
@@ -341,12 +426,13 @@ def build_trainer(
     return trainer, callback, reward
 
 
-def grpo_config(config_cls: Any, job: TrainingJob, run: RunDir, options: RunOptions) -> Any:
+def grpo_config(config_cls: Any, job: TrainingJob, run: RunDir, options: RunOptions, processes: int = 1) -> Any:
     p = job.spec.parameters
     on_gpu = torch.cuda.is_available()
     settings: dict[str, Any] = {
         "output_dir": str(run.checkpoints),
-        "per_device_train_batch_size": p.batch_size,
+        # batchSize counts the completions of a whole step: under FSDP each process trains on its share.
+        "per_device_train_batch_size": p.batch_size // processes,
         "num_generations": p.num_generations,
         "max_completion_length": p.max_completion_length,
         "beta": p.beta,
@@ -367,6 +453,8 @@ def grpo_config(config_cls: Any, job: TrainingJob, run: RunDir, options: RunOpti
     }
     if p.generation_batch_size is not None:
         settings["generation_batch_size"] = p.generation_batch_size
+    if job.spec.distributed.strategy == "FSDP":
+        settings.update(FSDP_SETTINGS)
     known = {f.name for f in dataclasses.fields(config_cls)}
     for key, value in p.trl.items():
         if key not in known:
@@ -394,22 +482,27 @@ def lora_config(parameters: Parameters) -> Any:
     )
 
 
-def restore_accounting(run: RunDir, checkpoint: Path, reward: SandboxReward, say: Any) -> None:
+def restore_accounting(run: RunDir, checkpoint: Path, reward: SandboxReward, say: Any, ranks: Ranks) -> None:
     """What our side keeps beyond TRL's checkpoint: the reward tally; metrics after it are logged again."""
     state = run.checkpoint_state(checkpoint)
-    reward.restore(state.get("rewards", {}))
-    run.truncate_metrics(int(state["step"]))
+    if ranks.main:  # the saved tally is every process's; the others count from zero and are added to it
+        reward.restore(state.get("rewards", {}))
+        run.truncate_metrics(int(state["step"]))
     say(f"resuming from {checkpoint.name} (step {state['step']})")
 
 
-def save_trained_weights(trainer: Any, tokenizer: Any, run: RunDir) -> None:
+def save_trained_weights(trainer: Any, tokenizer: Any, run: RunDir, ranks: Ranks) -> None:
     """Save the adapter (or the model, for Full) to adapter/ by rename, so it is never half-written."""
     staging = run.path / ".adapter.tmp"
-    shutil.rmtree(staging, ignore_errors=True)
-    trainer.save_model(str(staging))
-    tokenizer.save_pretrained(str(staging))
-    shutil.rmtree(run.adapter, ignore_errors=True)
-    staging.rename(run.adapter)
+    if ranks.main:
+        shutil.rmtree(staging, ignore_errors=True)
+    ranks.barrier()
+    trainer.save_model(str(staging))  # every process takes part under FSDP (the full state dict is gathered)
+    if ranks.main:
+        tokenizer.save_pretrained(str(staging))
+        shutil.rmtree(run.adapter, ignore_errors=True)
+        staging.rename(run.adapter)
+    ranks.barrier()
 
 
 def assemble_results(
@@ -421,13 +514,14 @@ def assemble_results(
     heldout: list[Task],
     baseline: Evaluation,
     final: Evaluation | None,
-    reward: SandboxReward,
+    reward_state: dict[str, Any],
     callback: RunCallback,
     status: str,
     wall_seconds: float,
     rate: Decimal | None,
     estimated_usd: str | None,
     warmup: dict[str, Any] | None = None,
+    distributed: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     metrics = run.read_metrics()
     tokens = next((row["num_tokens"] for row in reversed(metrics) if "num_tokens" in row), None)
@@ -460,9 +554,10 @@ def assemble_results(
             "wallSeconds": round(wall_seconds, 2),
             "runSecondsAllAttempts": round(callback.cost.spent_seconds, 2),
             "tokens": tokens,
+            "distributed": distributed,
             "rewardPerStep": [{"step": row["step"], "reward": row.get("reward")} for row in metrics],
         },
-        "diagnostics": reward_signal(reward.state(), metrics),
+        "diagnostics": reward_signal(reward_state, metrics),
         "cost": {
             "estimatedUSD": estimated_usd,
             "usdPerHour": None if rate is None else str(rate),

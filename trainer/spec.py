@@ -107,6 +107,9 @@ class Parameters(_Strict):
 
 class Distributed(_Strict):
     strategy: str | None = None
+    processes: int | None = Field(
+        None, ge=1, description="FSDP processes; default one per visible GPU (required on CPU, where it is for tests)."
+    )
 
     @field_validator("strategy")
     @classmethod
