@@ -7,6 +7,7 @@ with messages printed above it; piped or redirected, each step is one plain line
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any, TextIO
 
@@ -30,26 +31,30 @@ class Console:
             print(line, file=self.stream, flush=True)
 
     def step(self, done: int, total: int, line: str) -> None:
-        """Progress after a training step: `line` is the plain-text form (step, reward, ETA, ...)."""
+        """Progress after a training step: `line` is the plain-text form ("[SFT ]step 3/10  reward ... ETA 12s")."""
         if self.quiet:
             return
         if not self.live:
             print(line, file=self.stream, flush=True)
             return
+        # The bar and "done/total" show the step; the line's other fields follow them.
+        match = re.match(r"^(?:(\w+) )?step \d+/\d+  ", line)
+        label = f"{match.group(1)} warm-up" if match and match.group(1) else "training"
+        metrics = line[match.end() :] if match else line
         if self._progress is None:
-            self._start(total)
-        # The bar and "done/total" show the step; the rest of the line follows it.
-        metrics = line.split("  ", 1)[1] if line.startswith("step ") and "  " in line else line
-        self._progress.update(self._task, completed=done, total=total, metrics=metrics, refresh=True)
+            self._start(total, label)
+        self._progress.update(
+            self._task, completed=done, total=total, description=label, metrics=metrics, refresh=True
+        )
 
-    def _start(self, total: int) -> None:
+    def _start(self, total: int, label: str) -> None:
         from rich.console import Console as RichConsole
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
         from rich.table import Column
 
         console = RichConsole(file=self.stream, force_terminal=True)
         self._progress = Progress(
-            TextColumn("training"),
+            TextColumn("{task.description}"),
             BarColumn(bar_width=24),
             MofNCompleteColumn(table_column=Column(no_wrap=True, min_width=9)),
             # On a narrow terminal the metrics wrap onto the next line rather than being cut off.
@@ -58,7 +63,7 @@ class Console:
             # Redraw only when a step ends: the numbers change then, and a 2-core machine has no cycles to spare.
             auto_refresh=False,
         )
-        self._task = self._progress.add_task("training", total=total, metrics="")
+        self._task = self._progress.add_task(label, total=total, metrics="")
         self._progress.start()
 
     def close(self) -> None:

@@ -137,7 +137,7 @@ def train(job: TrainingJob, options: RunOptions, environment: Environment | None
         warmup: dict[str, Any] | None = None
         if spec.parameters.sft_warmup_steps and checkpoint is None:
             # GRPO has not started: warm up (again, if a kill came before GRPO's first checkpoint).
-            model, warmup = run_sft_warmup(job, run, env, train_tasks, heldout, model, tokenizer, grader, say)
+            model, warmup = run_sft_warmup(job, run, env, train_tasks, heldout, model, tokenizer, grader, console)
         elif spec.parameters.sft_warmup_steps and run.sft.exists():
             warmup = read_json(run.sft)  # GRPO's checkpoints hold the warmed-up adapter
         if warmup is not None and checkpoint is not None:
@@ -259,9 +259,10 @@ def run_sft_warmup(
     model: Any,
     tokenizer: Any,
     grader: Grader,
-    say: Any,
+    console: Console,
 ) -> tuple[Any, dict[str, Any]]:
     """SFT on the train tasks' reference answers, then the held-out evaluation GRPO starts from (saved to sft.json)."""
+    say = console.say
     from nodus.trainer.sft import DEFAULT_LEARNING_RATE, sft_warmup
 
     p = job.spec.parameters
@@ -280,7 +281,9 @@ def run_sft_warmup(
         on_gpu=on_gpu,
         bf16=on_gpu and torch.cuda.is_bf16_supported(),
         say=say,
+        progress=console.step,
     )
+    console.close()  # a live bar of the warm-up ends here; GRPO's starts afresh
     say(f"evaluation after the SFT warm-up on {len(heldout)} held-out tasks")
     after = evaluate(model, tokenizer, env, heldout, grader, p.max_completion_length, p.eval_batch_size)
     say(f"after SFT: mean score {after.mean_score:.3f}, pass rate {after.pass_rate:.3f}")

@@ -80,10 +80,29 @@ def sft_warmup(
     on_gpu: bool,
     bf16: bool,
     say: Any,
+    progress: Any = None,
 ) -> tuple[Any, WarmupSummary]:
-    """Train `steps` SFT steps; returns the trained model (a peft model when `peft_config` is given) and a summary."""
-    from transformers import PrinterCallback
+    """Train `steps` SFT steps; returns the trained model (a peft model when `peft_config` is given) and a summary.
+
+    `progress(done, total, line)` is called after each step (the run's console: a live bar or plain lines)."""
+    from transformers import PrinterCallback, TrainerCallback
     from trl import SFTConfig, SFTTrainer
+
+    class Progress(TrainerCallback):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.started = time.monotonic()
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **_: Any) -> None:
+            if progress is None or not logs or "loss" not in logs:
+                return
+            per_step = (time.monotonic() - self.started) / max(state.global_step, 1)
+            remaining = per_step * (state.max_steps - state.global_step)
+            progress(
+                state.global_step,
+                state.max_steps,
+                f"SFT step {state.global_step}/{state.max_steps}  loss {float(logs['loss']):.3f}  "
+                f"{per_step:.1f} s/step  ETA {remaining:.0f}s",
+            )
 
     dataset = warmup_dataset(env, tasks)
     config = SFTConfig(
@@ -106,6 +125,7 @@ def sft_warmup(
         model=model, args=config, train_dataset=dataset, processing_class=tokenizer, peft_config=peft_config
     )
     trainer.remove_callback(PrinterCallback)
+    trainer.add_callback(Progress())
     trainer.train()
     losses = [round(float(row["loss"]), 4) for row in trainer.state.log_history if "loss" in row]
     summary = WarmupSummary(steps, learning_rate, losses, time.monotonic() - started)

@@ -59,6 +59,20 @@ def test_terminal_gets_a_live_bar_with_messages_above_it() -> None:
     assert last_frame.index("ETA 12s") < last_frame.index("final evaluation"), "later messages come below it"
 
 
+def test_the_sft_warm_up_gets_its_own_bar_before_grpo() -> None:
+    stream = Terminal()
+    console = Console(stream=stream)
+    console.step(2, 4, "SFT step 2/4  loss 1.234  3.0 s/step  ETA 6s")
+    console.close()
+    console.step(1, 10, LINE.format(done=1, eta=14))
+    console.close()
+    frames = [frame for frame in plain_text(stream.getvalue()).split("\r") if frame.strip()]
+    warmup = [frame for frame in frames if "2/4" in frame]
+    assert warmup and "SFT warm-up" in warmup[-1] and "loss 1.234" in warmup[-1]
+    assert "SFT step" not in stream.getvalue()
+    assert frames[-1].lstrip().startswith("training") and "1/10" in frames[-1]
+
+
 def test_quiet_prints_nothing_even_on_a_terminal() -> None:
     stream = Terminal()
     console = Console(quiet=True, stream=stream)

@@ -1,0 +1,303 @@
+#!/usr/bin/env bash
+# One GPU session in one call (about 8 minutes on one H200): everything it measures lands in $OUT.
+#
+#   device run: command "bash benchmarks/gpu_session.sh", carry [".whl", ".shared"], timeout_s 600
+#
+# .whl (ignored through .git/info/exclude) holds the wheels a bare CUDA PyTorch image lacks: trl, datasets, dill,
+# multiprocess, bitsandbytes (the benchmark and QLoRA) and pydantic, pydantic-core, annotated-types,
+# typing-inspection, typing-extensions (nodus.core and nodus.trainer import pydantic at module level). Never put
+# torch, transformers, peft or accelerate wheels there: they would shadow the image's own builds.
+# .shared is a copy of ../shared/bench (the stock TRL anchor job).
+#
+# Parts, in order; each has its own timeout and a failing part never stops the next:
+#   1. install the carried wheels into /tmp/site; versions and the GPU          -> $OUT/install.log, $OUT/env.txt
+#   2. the step-time benchmark (stock TRL against the fast paths, no --profile) -> $OUT/bench.jsonl, $OUT/bench.log
+#   3. QLoRA end to end through nodus' own loop (nodus.trainer.api.train_on_function) on a small random-weight
+#      Qwen3 built here (NF4 base, LoRA, 3 GRPO steps, baseline and final evaluation)
+#                                                    -> $OUT/qlora.json, $OUT/qlora_results.json, $OUT/qlora.log
+#
+# Locally, without a GPU (checks the script and part 3's API call with method LoRA on the CPU):
+#   OUT=/tmp/gpu-session PYTHON=.venv/bin/python PARTS="3" QLORA_METHOD=LoRA bash benchmarks/gpu_session.sh
+set -u
+
+cd "$(dirname "$0")/.." || exit 1
+OUT=${OUT:-/tmp/gpu-session-out}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+PARTS=${PARTS:-"1 2 3"}
+BENCH_TIMEOUT=${BENCH_TIMEOUT:-330}
+QLORA_TIMEOUT=${QLORA_TIMEOUT:-120}
+QLORA_METHOD=${QLORA_METHOD:-QLoRA}
+SITE=${SITE:-/tmp/site}
+STARTED=$SECONDS
+
+say() { printf '[%4ds] %s\n' $((SECONDS - STARTED)) "$*"; }
+
+# Keep a line of at most 400 characters, and only those that say what happened (both greps flush every line, so
+# nothing is lost if the call is stopped).
+keep() { grep --line-buffered -E "$1" | grep --line-buffered -o -E '^.{0,400}'; }
+
+# -- 1. wheels, versions, GPU ----------------------------------------------------------------------------------------
+part1() {
+    say "part 1: install the carried wheels into $SITE"
+    if compgen -G ".whl/*.whl" >/dev/null; then
+        ls -s .whl >"$OUT/install.log"
+        if timeout -k 5 150 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target "$SITE" .whl/*.whl >>"$OUT/install.log" 2>&1; then
+            say "wheels installed: $(cd .whl && ls -- *.whl | sed 's/-py.*//; s/-cp.*//' | tr '\n' ' ')"
+        else
+            say "WARNING: installing all wheels at once failed (tail of install.log below); one at a time now"
+            tail -n 3 "$OUT/install.log"
+            for wheel in .whl/*.whl; do
+                timeout -k 5 60 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+                    --target "$SITE" "$wheel" >>"$OUT/install.log" 2>&1 || say "WARNING: $wheel did not install"
+            done
+        fi
+    else
+        say "WARNING: no .whl/*.whl here (carry .whl): trl, datasets, bitsandbytes, pydantic are probably missing"
+    fi
+    # Set even when the install failed: whatever did install is still wanted (parts 2 and 3 inherit it).
+    export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+    SITE="$SITE" timeout -k 5 90 "$PY" - <<'PYEOF' 2>&1 | tee "$OUT/env.txt" | keep '.'
+import importlib, importlib.metadata as md, os, sys
+print(f"python {sys.version.split()[0]} at {sys.executable}; PYTHONPATH={os.environ.get('PYTHONPATH', '')}")
+names = ["torch", "transformers", "trl", "peft", "accelerate", "bitsandbytes", "datasets", "pydantic", "triton",
+         "matplotlib", "pluggy", "click", "yaml", "typing_extensions"]
+site = os.environ.get("SITE", "/tmp/site")
+found = []
+for name in names:
+    try:
+        module = importlib.import_module(name)
+        try:
+            version = md.version({"yaml": "PyYAML"}.get(name, name))
+        except md.PackageNotFoundError:
+            version = getattr(module, "__version__", "?")
+        where = "carried" if (getattr(module, "__file__", "") or "").startswith(site) else "image"
+        found.append(f"{name} {version} ({where})")
+    except Exception as error:  # report and go on
+        found.append(f"{name} MISSING ({type(error).__name__}: {str(error)[:60]})")
+for start in range(0, len(found), 5):
+    print("versions: " + "; ".join(found[start : start + 5]))
+try:
+    import torch
+    if torch.cuda.is_available():
+        free, total = torch.cuda.mem_get_info()
+        print(f"gpu: {torch.cuda.get_device_name(0)}, {total / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free, "
+              f"capability {torch.cuda.get_device_capability(0)}, cuda {torch.version.cuda}")
+    else:
+        print("gpu: none (torch.cuda.is_available() is False)")
+except Exception as error:
+    print(f"gpu: check failed: {type(error).__name__}: {error}")
+PYEOF
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/nvidia-smi: /'
+}
+
+# -- 2. step-time benchmark ------------------------------------------------------------------------------------------
+part2() {
+    say "part 2: step-time benchmark (timeout ${BENCH_TIMEOUT}s)"
+    if [ ! -f .shared/bench/trl_stock_grpo.py ]; then
+        say "WARNING: .shared/bench/trl_stock_grpo.py is missing (carry .shared): the benchmark will refuse"
+    fi
+    timeout -k 10 "$BENCH_TIMEOUT" "$PY" -u benchmarks/gpu_step_time.py \
+        --stock-script .shared/bench/trl_stock_grpo.py --steps qwen3-0.6b=10,qwen3-8b=8 \
+        --plan "qwen3-0.6b=stock,fast-compiled,fast-compiled+graphs;qwen3-8b=fast-compiled+graphs" \
+        --json-out "$OUT/bench.jsonl" 2>&1 | tee "$OUT/bench.log" |
+        keep '^(versions|FAILED|fidelity |shape |qwen3-|Traceback)|^[A-Za-z_.]*(Error|Exception): '
+    local rc=${PIPESTATUS[0]}
+    case $rc in
+        0) say "benchmark finished" ;;
+        124 | 137) say "benchmark STOPPED at its ${BENCH_TIMEOUT}s limit: rows so far are in bench.jsonl" ;;
+        *) say "benchmark exited with rc=$rc (see bench.log)" ;;
+    esac
+    # One short line per row, from the rows written so far (the table above is missing when the limit was hit).
+    timeout -k 5 30 "$PY" - "$OUT/bench.jsonl" <<'PYEOF'
+import json, sys
+from pathlib import Path
+path = Path(sys.argv[1])
+rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+print(f"bench rows: {len(rows)}")
+stock = {r["config"]: r["step_s_median"] for r in rows if r.get("path") == "stock"}
+for r in rows:
+    ratio = stock.get(r["config"])
+    ratio = f"{ratio / r['step_s_median']:.1f}x stock" if ratio and r.get("step_s_median") else "no stock row"
+    timing = r.get("decode_timing") or {}
+    fid = r.get("fidelity") or {}
+    fid_text = fid.get("error") or (
+        f"pass={fid.get('pass')} train {fid.get('train_logps_rel_err')} sampler {fid.get('sampler_logps_rel_err')} "
+        f"grad {fid.get('lora_grad_rel_err')}" if fid else "-")
+    print(f"ROW {r['config']}/{r['path']}: median {r.get('step_s_median')} s (min {r.get('step_s_min')}, max "
+          f"{r.get('step_s_max')}), {ratio}, peak {r.get('peak_mem_gb')} GB, sampling {r.get('sampling_s_median')} "
+          f"update {r.get('update_s_median')}, decode {timing.get('decode_ms_per_token')} ms/token, prefill "
+          f"{timing.get('prefill_ms')} ms, call {r.get('call_s')} s")
+    print(f"    fast_path {r.get('fast_path')}; training {r.get('fast_training')}; graphs "
+          f"{r.get('training_graph_calls')} calls, error {r.get('training_graph_error')}; cuda_graph "
+          f"{r.get('cuda_graph')} {r.get('capture_error') or ''}; fidelity {fid_text}"[:400])
+PYEOF
+}
+
+# -- 3. QLoRA through nodus' own training loop -----------------------------------------------------------------------
+part3() {
+    say "part 3: $QLORA_METHOD end to end through nodus.trainer.api.train_on_function (timeout ${QLORA_TIMEOUT}s)"
+    # nodus is not installed on the bare image: the same shim as benchmarks/gpu_step_time.py (package-dir mapping
+    # nodus.core -> core, nodus.sandbox -> sandbox, nodus.trainer -> trainer).
+    local shim
+    shim=$(mktemp -d /tmp/nodus-shim-XXXXXX)
+    mkdir -p "$shim/nodus"
+    for package in core sandbox trainer; do ln -s "$PWD/$package" "$shim/nodus/$package"; done
+    local check=/tmp/nodus_qlora_check.py
+    cat >"$check" <<'PYEOF'
+"""QLoRA (or LoRA) GRPO through nodus' Python API on a small random-weight Qwen3 model built here, offline."""
+import json, os, sys, tempfile, time, traceback
+from pathlib import Path
+
+OUT = Path(os.environ["OUT"])
+METHOD = os.environ.get("QLORA_METHOD", "QLoRA")
+started = time.time()
+summary = {"method": METHOD, "ok": False}
+
+
+def finish(code: int) -> None:
+    summary["seconds"] = round(time.time() - started, 1)
+    (OUT / "qlora.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    print("QLORA SUMMARY " + json.dumps({k: v for k, v in summary.items() if k != "traceback"}, default=str)[:1500])
+    sys.exit(code)
+
+
+try:
+    import torch
+
+    summary["cuda"] = torch.cuda.is_available()
+    summary["device"] = torch.cuda.get_device_name(0) if summary["cuda"] else "cpu"
+    if METHOD == "QLoRA" and not summary["cuda"]:
+        summary["skipped"] = "no CUDA device: QLoRA needs a CUDA GPU (bitsandbytes NF4); set QLORA_METHOD=LoRA"
+        print(f"QLORA SKIPPED: {summary['skipped']}")
+        finish(0)
+    import nodus.trainer.run as run_module
+    from nodus.trainer import api
+    from nodus.trainer.tiny_model import build_tiny_tokenizer
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    print(f"QLORA imports done ({time.time() - started:.1f} s): nodus from {Path(api.__file__).parent}")
+    # A small random-weight Qwen3 (hidden 256, 2 layers) with nodus' offline tokenizer and chat template; bf16 on
+    # a GPU like real checkpoints, float32 on the CPU.
+    tokenizer = build_tiny_tokenizer()
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(config).to(torch.bfloat16 if summary["cuda"] else torch.float32)
+    model.generation_config.pad_token_id = config.pad_token_id
+    work = Path(tempfile.mkdtemp(prefix="nodus-qlora-"))
+    model_dir = work / "model"
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    summary["model"] = {"dir": str(model_dir), "params": sum(p.numel() for p in model.parameters()),
+                        "vocab": len(tokenizer), "chat_template": bool(tokenizer.chat_template)}
+    del model
+
+    # What the API hides: the trainer it built (quantized layers, which rollout and training paths it took).
+    build_trainer = run_module.build_trainer
+
+    def inspecting_build_trainer(*args, **kwargs):
+        trainer, callback, reward = build_trainer(*args, **kwargs)
+        try:
+            model = trainer.model
+            kinds = {}
+            for module in model.modules():
+                name = type(module).__module__.split(".")[0] + "." + type(module).__name__
+                if "Linear" in name:
+                    kinds[name] = kinds.get(name, 0) + 1
+            summary["trainer"] = {
+                "class": type(trainer).__name__,
+                "linear_modules": kinds,
+                "params4bit": sum(type(p).__name__ == "Params4bit" for p in model.parameters()),
+                "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
+                "fast_path_reason": trainer.fast_path_reason(),
+                "training_fallback_reason": trainer.training_fallback_reason,
+                "is_loaded_in_4bit": getattr(getattr(model, "base_model", model), "is_loaded_in_4bit", None),
+            }
+            print("QLORA trainer " + json.dumps(summary["trainer"])[:600])
+        except Exception as error:  # the run matters more than this report
+            summary["trainer"] = {"inspect_error": f"{type(error).__name__}: {error}"}
+        return trainer, callback, reward
+
+    run_module.build_trainer = inspecting_build_trainer
+
+    def share_of_a(prompt: str, completion: str) -> float:
+        letters = [c for c in completion if not c.isspace()]
+        return letters.count("a") / len(letters) if letters else 0.0
+
+    if summary["cuda"]:
+        torch.cuda.reset_peak_memory_stats()
+    output = work / "run"
+    results = api.train_on_function(
+        [f"Task {i}: write a" for i in range(40)],
+        share_of_a,
+        name="qlora-check",
+        output=output,
+        model=str(model_dir),
+        method=METHOD,
+        max_steps=3,
+        save_steps=2,
+        num_generations=4,
+        batch_size=8,
+        max_completion_length=16,
+        learning_rate=1e-3,
+    )
+    summary["ok"] = results.get("status") == "completed"
+    summary["status"] = results.get("status")
+    summary["steps"] = results.get("training", {}).get("steps")
+    summary["reward_per_step"] = results.get("training", {}).get("rewardPerStep")
+    summary["baseline_mean"] = (results.get("baseline") or {}).get("meanScore")
+    summary["final_mean"] = (results.get("final") or {}).get("meanScore")
+    summary["diagnostics"] = results.get("diagnostics")
+    summary["spec_method"] = results.get("job", {}).get("spec", {}).get("parameters", {}).get("method")
+    summary["run_files"] = sorted(p.name for p in output.iterdir())
+    summary["adapter_files"] = sorted(p.name for p in (output / "adapter").iterdir()) if (output / "adapter").is_dir() else None
+    summary["checkpoints"] = sorted(p.name for p in (output / "checkpoints").iterdir()) if (output / "checkpoints").is_dir() else None
+    if summary["cuda"]:
+        summary["peak_gpu_gb"] = round(torch.cuda.max_memory_allocated() / 1e9, 3)
+    (OUT / "qlora_results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    finish(0 if summary["ok"] else 1)
+except SystemExit:
+    raise
+except BaseException as error:
+    summary["error"] = f"{type(error).__name__}: {error}"[:2000]
+    summary["traceback"] = traceback.format_exc()[-6000:]
+    print(summary["traceback"][-2500:], file=sys.stderr)
+    finish(1)
+PYEOF
+    OUT="$OUT" QLORA_METHOD="$QLORA_METHOD" PYTHONPATH="$shim${PYTHONPATH:+:$PYTHONPATH}" \
+        HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false \
+        timeout -k 10 "$QLORA_TIMEOUT" "$PY" -u "$check" 2>&1 | tee "$OUT/qlora.log" |
+        keep '^(QLORA|starting|resuming|baseline|fast path|step|final evaluation|done|warning: every|Traceback)|^[A-Za-z_.]*(Error|Exception): '
+    local rc=${PIPESTATUS[0]}
+    case $rc in
+        0) say "part 3 finished" ;;
+        124 | 137) say "part 3 STOPPED at its ${QLORA_TIMEOUT}s limit (see qlora.log)" ;;
+        *) say "part 3 exited with rc=$rc (see qlora.json / qlora.log)" ;;
+    esac
+}
+
+say "gpu_session.sh: parts $PARTS, output in $OUT, python $PY"
+for part in $PARTS; do
+    case $part in
+        1) part1 ;;
+        2) part2 ;;
+        3) part3 ;;
+        *) say "unknown part $part" ;;
+    esac
+done
+ls -l "$OUT" | sed 's/^/out: /'
+say "done"
