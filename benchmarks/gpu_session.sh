@@ -288,6 +288,10 @@ PYEOF
         124 | 137) say "part 3 STOPPED at its ${QLORA_TIMEOUT}s limit (see qlora.log)" ;;
         *) say "part 3 exited with rc=$rc (see qlora.json / qlora.log)" ;;
     esac
+    if [ ! -f "$OUT/qlora.json" ]; then
+        printf '{"method": "%s", "ok": false, "error": "no summary written: rc=%s (124/137 = stopped at %ss)"}\n' \
+            "$QLORA_METHOD" "$rc" "$QLORA_TIMEOUT" >"$OUT/qlora.json"
+    fi
 }
 
 say "gpu_session.sh: parts $PARTS, output in $OUT, python $PY"

@@ -160,22 +160,9 @@ def train(job: TrainingJob, options: RunOptions, environment: Environment | None
         distributed = {"processes": ranks.world, "accelerate": str(trainer.accelerator.distributed_type.value)}
         final = None
         if ranks.main:
-            if callback.cost.would_exceed(baseline.seconds):
-                say("skipping the final evaluation: it would pass maxCostUSD")
-            else:
-                say(f"final evaluation on {len(heldout)} held-out tasks")
-                # Under FSDP the trained weights are sharded over the processes: evaluate what was saved instead.
-                trained = trainer.model if ranks.world == 1 else load_trained(source, run, spec.parameters)
-                final = evaluate(
-                    trained,
-                    tokenizer,
-                    env,
-                    heldout,
-                    grader,
-                    spec.parameters.max_completion_length,
-                    spec.parameters.eval_batch_size,
-                )
-                write_json_atomic(run.final, final.model_dump())
+            final = final_evaluation(
+                trainer, tokenizer, callback, baseline, source, run, env, heldout, grader, spec, ranks, say
+            )
             run.save_spend(cost.spent_seconds)
         wall = time.monotonic() - started
     if ranks.main:
@@ -203,6 +190,33 @@ def train(job: TrainingJob, options: RunOptions, environment: Environment | None
     ranks.barrier()
     results = read_json(run.results)
     return results
+
+
+def final_evaluation(
+    trainer: Any,
+    tokenizer: Any,
+    callback: RunCallback,
+    baseline: Evaluation,
+    source: Any,
+    run: RunDir,
+    env: Environment,
+    heldout: list[Task],
+    grader: Grader,
+    spec: Any,
+    ranks: Ranks,
+    say: Any,
+) -> Evaluation | None:
+    """The held-out tasks again, as the baseline was graded (rank 0 only); None when it would pass the cost cap."""
+    if callback.cost.would_exceed(baseline.seconds):
+        say("skipping the final evaluation: it would pass maxCostUSD")
+        return None
+    say(f"final evaluation on {len(heldout)} held-out tasks")
+    # Under FSDP the trained weights are sharded over the processes: evaluate what was saved instead.
+    trained = trainer.model if ranks.world == 1 else load_trained(source, run, spec.parameters)
+    p = spec.parameters
+    final = evaluate(trained, tokenizer, env, heldout, grader, p.max_completion_length, p.eval_batch_size)
+    write_json_atomic(run.final, final.model_dump())
+    return final
 
 
 def fsdp_processes(job: TrainingJob) -> int:
