@@ -159,7 +159,9 @@ summary = {"method": METHOD, "ok": False}
 def finish(code: int) -> None:
     summary["seconds"] = round(time.time() - started, 1)
     (OUT / "qlora.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
-    print("QLORA SUMMARY " + json.dumps({k: v for k, v in summary.items() if k != "traceback"}, default=str)[:1500])
+    keys = ("ok", "method", "device", "status", "steps", "seconds", "peak_gpu_gb", "baseline_mean", "final_mean",
+            "skipped", "error")
+    print("QLORA SUMMARY " + json.dumps({k: summary[k] for k in keys if k in summary}, default=str))
     sys.exit(code)
 
 
