@@ -33,7 +33,7 @@ def fail(message: str) -> NoReturn:
 def parse_params(pairs: tuple[str, ...], flag: str = "--param") -> dict[str, Any]:
     """``key=value`` pairs; a value is read as JSON when it parses (numbers, true/false), else as text."""
     params: dict[str, Any] = {}
-    example = "num_vertices=12" if flag == "--param" else "wall_time_s=30"
+    example = {"--param": "num_vertices=12", "--trl": "top_p=0.9"}.get(flag, "wall_time_s=30")
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():

@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from nodus.core.function_env import RewardFunction, function_environment
-from nodus.trainer.cli_train import FIELD_FLAGS
 from nodus.trainer.run import RunOptions
 from nodus.trainer.run import train as run_training
-from nodus.trainer.spec import load_job
+from nodus.trainer.spec import FIELD_FLAGS, load_job
 
 
 def train(

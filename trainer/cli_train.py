@@ -12,34 +12,7 @@ from typing import Any
 
 import click
 from nodus.core.errors import NodusError
-from nodus.trainer.spec import load_job
-
-# flag name -> (dotted camelCase path in the job document, click type)
-FIELD_FLAGS: dict[str, tuple[str, Any]] = {
-    "model": ("spec.model.uri", str),
-    "env": ("spec.environment.name", str),
-    "train_tasks": ("spec.environment.trainTasks", int),
-    "held_out_tasks": ("spec.environment.heldOutTasks", int),
-    "seed": ("spec.environment.seed", int),
-    "max_cost_usd": ("spec.maxCostUSD", str),
-    "num_generations": ("spec.parameters.numGenerations", int),
-    "beta": ("spec.parameters.beta", float),
-    "max_completion_length": ("spec.parameters.maxCompletionLength", int),
-    "lora_r": ("spec.parameters.lora.r", int),
-    "method": ("spec.parameters.method", str),
-    "save_steps": ("spec.parameters.saveSteps", int),
-    "max_steps": ("spec.parameters.maxSteps", int),
-    "batch_size": ("spec.parameters.batchSize", int),
-    "generation_batch_size": ("spec.parameters.generationBatchSize", int),
-    "learning_rate": ("spec.parameters.learningRate", float),
-    "temperature": ("spec.parameters.temperature", float),
-    "loss_type": ("spec.parameters.lossType", str),
-    "fast_path": ("spec.parameters.fastPath", str),
-    "sft_warmup_steps": ("spec.parameters.sftWarmupSteps", int),
-    "sft_learning_rate": ("spec.parameters.sftLearningRate", float),
-    "sandbox": ("spec.sandbox", str),
-    "name": ("metadata.name", str),
-}
+from nodus.trainer.spec import FIELD_FLAGS, load_job
 
 
 class TrainingExtrasMissing(NodusError):
@@ -72,6 +45,13 @@ def parse_params(pairs: tuple[str, ...], flag: str = "--param") -> dict[str, Any
     help="Override a sandbox limit of the grader, e.g. --limit wall_time_s=30 (sets spec.sandboxLimits).",
 )
 @click.option(
+    "--trl",
+    "trl_pairs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Any other GRPOConfig field, e.g. --trl top_p=0.9 (sets spec.parameters.trl).",
+)
+@click.option(
     "--output",
     type=click.Path(path_type=Path),
     default=None,
@@ -86,6 +66,7 @@ def train(
     job_file: Path | None,
     params: tuple[str, ...],
     limits: tuple[str, ...],
+    trl_pairs: tuple[str, ...],
     output: Path | None,
     dry_run: bool,
     gpu: str | None,
@@ -100,6 +81,8 @@ def train(
         overrides["spec.environment.params"] = parse_params(params)
     if limits:
         overrides["spec.sandboxLimits"] = parse_params(limits, "--limit")
+    if trl_pairs:
+        overrides["spec.parameters.trl"] = parse_params(trl_pairs, "--trl")
     job = load_job(job_file, overrides)
     rate = parse_rate(gpu_rate)
     run_dir = output or Path("outputs") / job.name

@@ -318,9 +318,24 @@ def sft_results(warmup: dict[str, Any] | None, final: Evaluation | None, summary
     }
 
 
+def check_trl_fields(parameters: Parameters, config_cls: Any = None) -> None:
+    """spec.parameters.trl passes fields to TRL's GRPOConfig: a misspelt one is an error, not silently ignored."""
+    if config_cls is None:
+        from trl import GRPOConfig
+
+        config_cls = GRPOConfig
+    known = {f.name for f in dataclasses.fields(config_cls)}
+    for key in parameters.trl:
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise InvalidJobSpec(f"spec.parameters.trl.{key} is not a GRPOConfig field; {hint}see TRL's GRPOConfig")
+
+
 def check_supported(job: TrainingJob, function_environment: bool = False) -> None:
     """Refuse, before any work, what this version cannot run rather than silently doing something else."""
     parameters = job.spec.parameters
+    check_trl_fields(parameters)
     if job.spec.distributed.strategy == "FSDP":
         fsdp_processes(job)
         unsupported = {
@@ -472,13 +487,8 @@ def grpo_config(config_cls: Any, job: TrainingJob, run: RunDir, options: RunOpti
         settings["generation_batch_size"] = p.generation_batch_size
     if job.spec.distributed.strategy == "FSDP":
         settings.update(FSDP_SETTINGS)
-    known = {f.name for f in dataclasses.fields(config_cls)}
-    for key, value in p.trl.items():
-        if key not in known:
-            close = difflib.get_close_matches(key, sorted(known), n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            raise InvalidJobSpec(f"spec.parameters.trl.{key} is not a GRPOConfig field; {hint}see TRL's GRPOConfig")
-        settings[key] = value
+    check_trl_fields(p, config_cls)
+    settings.update(p.trl)
     try:
         return config_cls(**settings)
     except (ValueError, TypeError) as error:

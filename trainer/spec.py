@@ -166,30 +166,43 @@ def with_current_defaults(saved: dict[str, Any]) -> dict[str, Any]:
         return saved  # not a spec this version reads: compared as it is, and the difference named
 
 
-# Flag of each field, for messages: a user who set a value by flag should be told the flag.
+# Every field's CLI flag (flags win over the file) and the Python API keyword: name -> (dotted camelCase path, type).
+# Mappings have KEY=VALUE flags of their own (--param, --limit, --trl). The messages name a field by its flag.
+FIELD_FLAGS: dict[str, tuple[str, type]] = {
+    "model": ("spec.model.uri", str),
+    "env": ("spec.environment.name", str),
+    "train_tasks": ("spec.environment.trainTasks", int),
+    "held_out_tasks": ("spec.environment.heldOutTasks", int),
+    "seed": ("spec.environment.seed", int),
+    "max_cost_usd": ("spec.maxCostUSD", str),
+    "num_generations": ("spec.parameters.numGenerations", int),
+    "beta": ("spec.parameters.beta", float),
+    "max_completion_length": ("spec.parameters.maxCompletionLength", int),
+    "lora_r": ("spec.parameters.lora.r", int),
+    "lora_alpha": ("spec.parameters.lora.alpha", int),
+    "lora_dropout": ("spec.parameters.lora.dropout", float),
+    "method": ("spec.parameters.method", str),
+    "save_steps": ("spec.parameters.saveSteps", int),
+    "max_steps": ("spec.parameters.maxSteps", int),
+    "epochs": ("spec.parameters.epochs", float),
+    "batch_size": ("spec.parameters.batchSize", int),
+    "generation_batch_size": ("spec.parameters.generationBatchSize", int),
+    "eval_batch_size": ("spec.parameters.evalBatchSize", int),
+    "learning_rate": ("spec.parameters.learningRate", float),
+    "temperature": ("spec.parameters.temperature", float),
+    "loss_type": ("spec.parameters.lossType", str),
+    "fast_path": ("spec.parameters.fastPath", str),
+    "sft_warmup_steps": ("spec.parameters.sftWarmupSteps", int),
+    "sft_learning_rate": ("spec.parameters.sftLearningRate", float),
+    "distributed_strategy": ("spec.distributed.strategy", str),
+    "distributed_processes": ("spec.distributed.processes", int),
+    "sandbox": ("spec.sandbox", str),
+    "name": ("metadata.name", str),
+}
+MAPPING_FLAGS = {"spec.environment.params": "--param", "spec.sandboxLimits": "--limit", "spec.parameters.trl": "--trl"}
 FLAGS: dict[str, str] = {
-    "spec.model.uri": "--model",
-    "spec.environment.name": "--env",
-    "spec.environment.trainTasks": "--train-tasks",
-    "spec.environment.heldOutTasks": "--held-out-tasks",
-    "spec.environment.seed": "--seed",
-    "spec.maxCostUSD": "--max-cost-usd",
-    "spec.parameters.numGenerations": "--num-generations",
-    "spec.parameters.beta": "--beta",
-    "spec.parameters.maxCompletionLength": "--max-completion-length",
-    "spec.parameters.lora.r": "--lora-r",
-    "spec.parameters.method": "--method",
-    "spec.parameters.saveSteps": "--save-steps",
-    "spec.parameters.maxSteps": "--max-steps",
-    "spec.parameters.batchSize": "--batch-size",
-    "spec.parameters.generationBatchSize": "--generation-batch-size",
-    "spec.parameters.learningRate": "--learning-rate",
-    "spec.parameters.temperature": "--temperature",
-    "spec.parameters.lossType": "--loss-type",
-    "spec.parameters.fastPath": "--fast-path",
-    "spec.parameters.sftWarmupSteps": "--sft-warmup-steps",
-    "spec.parameters.sftLearningRate": "--sft-learning-rate",
-    "spec.sandbox": "--sandbox",
+    **{path: "--" + name.replace("_", "-") for name, (path, _) in FIELD_FLAGS.items()},
+    **MAPPING_FLAGS,
 }
 
 

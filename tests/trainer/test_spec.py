@@ -70,9 +70,9 @@ def test_defaults_without_a_file() -> None:
         ),
         (
             {"spec.distributed.strategy": "ZeRO-3"},
-            "invalid job spec (flags): spec.distributed.strategy = 'ZeRO-3': strategy 'ZeRO-3' (DeepSpeed ZeRO) is "
-            "not supported: nodus shards with PyTorch FSDP through accelerate, which covers the same memory savings; "
-            "use strategy: FSDP",
+            "invalid job spec (flags): spec.distributed.strategy (--distributed-strategy) = 'ZeRO-3': strategy "
+            "'ZeRO-3' (DeepSpeed ZeRO) is not supported: nodus shards with PyTorch FSDP through accelerate, which "
+            "covers the same memory savings; use strategy: FSDP",
         ),
         (
             {"spec.parameters.lora.rank": 4},
@@ -119,3 +119,31 @@ def test_file_errors_name_the_file_and_line(tmp_path: Path) -> None:
     wrong_api.write_text("apiVersion: nodus.dev/v2\nspec: {environment: {name: graph-coloring@1}}\n")
     with pytest.raises(InvalidJobSpec, match=r"apiVersion = 'nodus.dev/v2': Input should be 'nodus.dev/v1beta1'"):
         load_job(wrong_api, {})
+
+
+def test_every_field_of_the_spec_has_a_flag() -> None:
+    """The issue's rule: every field of the job spec can be set from the command line (flags win)."""
+    from nodus.trainer.spec import FIELD_FLAGS, FLAGS, MAPPING_FLAGS, TrainingJob
+    from pydantic import BaseModel
+
+    constants = {"apiVersion", "kind", "spec.runtime"}  # one allowed value each: nothing to set
+
+    def leaves(model: type[BaseModel], prefix: str = "") -> list[str]:
+        paths = []
+        for name, field in model.model_fields.items():
+            path = f"{prefix}{field.alias or name}"
+            kind = field.annotation
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                paths += leaves(kind, path + ".")
+            else:
+                paths.append(path)
+        return paths
+
+    settable = set(leaves(TrainingJob)) - constants
+    assert settable == set(FLAGS), f"without a flag: {sorted(settable - set(FLAGS))}"
+    assert set(MAPPING_FLAGS) <= settable
+    # The flag table and the CLI agree: every flag is an option of grpo train.
+    from nodus.trainer.cli_train import train
+
+    options = {opt for param in train.params for opt in param.opts}
+    assert {"--" + name.replace("_", "-") for name in FIELD_FLAGS} | set(MAPPING_FLAGS.values()) <= options

@@ -244,6 +244,12 @@ def test_identical_rewards_are_diagnosed(tiny_model: Path, tmp_path: Path) -> No
             "grpo: error: unknown GPU 'tpu'; known GPUs: H100 SXM 80 GB (h100), A100 80 GB (a100), "
             "L40S 48 GB (l40s), RTX 4090 24 GB (4090), RTX A6000 48 GB (a6000)",
         ),
+        (
+            ["--trl", "top_pp=0.9"],
+            "grpo: error: spec.parameters.trl.top_pp is not a GRPOConfig field; did you mean 'top_p'? see TRL's "
+            "GRPOConfig",
+        ),
+        (["--trl", "top_p"], "grpo: error: --trl 'top_p' is not key=value; write e.g. --trl top_p=0.9"),
         (["--model", "hf://Qwen/Qwen3-0.6B"], None),
     ],
 )
