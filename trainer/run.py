@@ -401,7 +401,11 @@ def warn_if_no_signal(start: Evaluation, say: Any, after_warmup: bool = False) -
     if len(scores) == 1:
         (score,) = scores
         which = "score after the SFT warm-up" if after_warmup else "baseline score"
-        advice = "" if after_warmup else "consider an SFT warm-up on reference answers (--sft-warmup-steps N), or "
+        advice = (
+            "consider more warm-up steps (--sft-warmup-steps), or "
+            if after_warmup
+            else "consider an SFT warm-up on reference answers (--sft-warmup-steps N), or "
+        )
         say(
             f"warning: every held-out {which} is {score:g}: if training rewards look the same, every group "
             f"reward is identical and GRPO will not learn; {advice}"
