@@ -15,16 +15,19 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from nodus.core.errors import NodusError
 
+PROCESS_GROUP_TIMEOUT_HOURS = 6
 CHILD_ENV = "NODUS_DISTRIBUTED_CHILD"  # set in the processes torchrun starts: they train instead of launching
 
 # What the GRPOConfig gets under FSDP (transformers' TrainingArguments names).
@@ -79,9 +82,17 @@ def launch(job: Any, options: Any, processes: int) -> dict[str, Any]:
     ]
     # One thread per process unless the user chose otherwise (torchrun would set 1 and say so on every run).
     env = {**os.environ, CHILD_ENV: "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    # Its own session, so that stopping the launcher (Ctrl-C, a scheduler's SIGTERM) stops every process with it
+    # instead of leaving them training into the run directory.
+    process = subprocess.Popen(command, env=env, start_new_session=True)
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        status = subprocess.run(command, env=env).returncode
+        status = process.wait()
+    except KeyboardInterrupt:
+        _stop(process)
+        raise
     finally:
+        signal.signal(signal.SIGTERM, previous)
         Path(handle.name).unlink(missing_ok=True)
     if status != 0:
         raise DistributedRunFailed(
@@ -90,6 +101,22 @@ def launch(job: Any, options: Any, processes: int) -> dict[str, Any]:
         )
     results: dict[str, Any] = json.loads((Path(options.output) / "results.json").read_text())
     return results
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to torchrun and its processes, then SIGKILL if they have not ended within 30 s."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    except ProcessLookupError:
+        pass
 
 
 def allow_fsdp_on_cpu() -> None:
@@ -130,7 +157,9 @@ def child_main(job_file: str) -> None:
     on_gpu = torch.cuda.is_available()
     if not on_gpu:
         allow_fsdp_on_cpu()
-    state = PartialState(cpu=not on_gpu)  # sets up the process group (NCCL on GPUs, gloo on CPU)
+    # The process group (NCCL on GPUs, gloo on CPU). The other processes wait in a collective while rank 0 grades
+    # the held-out tasks and evaluates the result, which can take longer than NCCL's default 10 minutes.
+    state = PartialState(cpu=not on_gpu, timeout=timedelta(hours=PROCESS_GROUP_TIMEOUT_HOURS))
     options = RunOptions(
         output=Path(payload["output"]),
         gpu=payload["gpu"],
@@ -141,8 +170,8 @@ def child_main(job_file: str) -> None:
     try:
         train(TrainingJob.model_validate(payload["job"]), options)
     except NodusError as error:
-        if state.is_main_process:
-            print(f"grpo: error: {error}", file=sys.stderr, flush=True)
+        where = "" if state.is_main_process else f" (process {state.process_index})"
+        print(f"grpo: error{where}: {error}", file=sys.stderr, flush=True)
         sys.exit(2)
 
 

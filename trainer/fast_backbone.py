@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
-from nodus.trainer.fast_generation import FastWeights, _heads, _Projection, _rms_norm, _Shape
+from nodus.trainer.fast_generation import FastWeights, _heads, _Projection, _rms_norm, _Shape, compile_shape_static
 from torch.utils.checkpoint import checkpoint
 
 log = logging.getLogger(__name__)
@@ -240,10 +240,10 @@ class FastBackbone:
         ]
         # dynamic=False: with symbolic sizes the layer's head counts turn into SymInts that SDPA's enable_gqa rejects
         # (seen on the 8B shape); each new sequence length compiles once instead.
-        options: dict[str, Any] = {"fullgraph": True, "dynamic": False, "mode": compile_mode}
-        self.layer_fn: Any = torch.compile(_train_layer, **options) if compile_layers else _train_layer
+        self.compiled = compile_layers or compile_stack
+        self.layer_fn: Any = compile_shape_static(_train_layer, compile_mode) if compile_layers else _train_layer
         # compile_stack (an experiment the benchmark measures): the whole stack, checkpointing included, as one graph.
-        self.stack_fn: Any = torch.compile(_train_stack, **options) if compile_stack else None
+        self.stack_fn: Any = compile_shape_static(_train_stack, compile_mode) if compile_stack else None
         self.original_forward = self.model.model.forward
         self.calls = 0  # forwards this backbone handled (the rest went to the model's own)
         # cuda_graphs=True: training forwards and backwards replayed as CUDA graphs (CUDA only). Off by default until
@@ -296,8 +296,9 @@ class FastBackbone:
         # Left padding (rows of different prompt lengths) needs a mask; without it SDPA runs causal-only, its fastest.
         left_padded = attention_mask is not None and not bool(attention_mask.all())
         graphs = bool(self.cuda_graphs) and torch.is_grad_enabled() and self.graph_error is None
-        if graphs and steps % SEQ_BUCKET:
-            # Right padding keeps the captured lengths few; causal attention keeps the real positions unchanged.
+        if (graphs or self.compiled) and steps % SEQ_BUCKET:
+            # Right padding keeps the captured (or compiled) lengths few; causal attention keeps the real positions
+            # unchanged.
             extra = SEQ_BUCKET - steps % SEQ_BUCKET
             input_ids = F.pad(input_ids, (0, extra), value=0)
             if attention_mask is not None:

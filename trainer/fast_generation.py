@@ -313,6 +313,28 @@ def _decoder_stack(
 
 
 PROMPT_BUCKET = 64  # compiled prefill: prompts are left-padded to a multiple of this, one compilation per bucket
+RECOMPILE_LIMIT = 64  # compilations per function (torch's default, 8, is a hard failure with fullgraph=True)
+
+
+def compile_shape_static(fn: Any, mode: str | None = None) -> Any:
+    """torch.compile for one shape at a time (a compilation per new shape), falling back to `fn` for good if torch
+    refuses to compile it again: slower from then on, never a failed run."""
+    import torch._dynamo
+
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+    compiled: Any = torch.compile(fn, fullgraph=True, dynamic=False, mode=mode)
+    state = {"eager": False}
+
+    def call(*args: Any) -> Any:
+        if not state["eager"]:
+            try:
+                return compiled(*args)
+            except torch._dynamo.exc.FailOnRecompileLimitHit as error:
+                state["eager"] = True
+                log.warning("%s: too many shapes to compile (%s); running it uncompiled", fn.__name__, error)
+        return fn(*args)
+
+    return call
 
 
 @dataclass
@@ -415,10 +437,10 @@ class StaticCacheSampler:
         # kernels); compile_mode: torch.compile's mode (e.g. "max-autotune-no-cudagraphs"). Both are experiments the
         # benchmark measures; the default is one compiled layer function serving every layer.
         compile_layers = compile_layers or compile_stack
-        options: dict[str, Any] = {"fullgraph": True, "dynamic": False, "mode": compile_mode}
-        self.layer_fn = torch.compile(_layer_forward, **options) if compile_layers and not compile_stack else None
-        self.stack_fn = torch.compile(_decoder_stack, **options) if compile_stack else None
-        self.prefill_fn = torch.compile(_prefill_layer, **options) if compile_layers else None
+        per_layer = compile_layers and not compile_stack
+        self.layer_fn = compile_shape_static(_layer_forward, compile_mode) if per_layer else None
+        self.stack_fn = compile_shape_static(_decoder_stack, compile_mode) if compile_stack else None
+        self.prefill_fn = compile_shape_static(_prefill_layer, compile_mode) if compile_layers else None
         self._eos = torch.tensor(sampling.eos_token_ids or [-1], device=self.device)
         self._has_eos = bool(sampling.eos_token_ids)
         self._state: _DecodeState | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import gc
 import shutil
 import time
 import warnings
@@ -56,11 +57,13 @@ def resolve_environment(job: TrainingJob, environment: Environment | None, say: 
     return resolution.spec.make(job.spec.environment.params), resolution.spec.distribution
 
 
-def hourly_rate(options: RunOptions) -> tuple[Decimal | None, float | None]:
-    """The USD/hour the run is charged and the price table's step time for the GPU, if one was named."""
+def hourly_rate(options: RunOptions, gpus: int = 1) -> tuple[Decimal | None, float | None]:
+    """The USD/hour the run is charged and the price table's step time for the GPU, if one was named.
+
+    Rates are per GPU (the table's and --gpu-rate): a run over several GPUs (FSDP) is charged for each."""
     gpu = lookup_gpu(options.gpu) if options.gpu else None
     rate = options.gpu_rate if options.gpu_rate is not None else (gpu.usd_per_hour if gpu else None)
-    return rate, float(gpu.seconds_per_step) if gpu else None
+    return (None if rate is None else rate * gpus), float(gpu.seconds_per_step) if gpu else None
 
 
 def quiet_libraries() -> None:
@@ -88,7 +91,8 @@ def train(job: TrainingJob, options: RunOptions, environment: Environment | None
     env, distribution = resolve_environment(job, environment, say)
     train_tasks = env.tasks("train", spec.environment.seed, spec.environment.train_tasks)
     heldout = env.tasks("heldout", spec.environment.seed, spec.environment.held_out_tasks)
-    rate, table_step_seconds = hourly_rate(options)
+    gpus = ranks.world if torch.cuda.is_available() else 1
+    rate, table_step_seconds = hourly_rate(options, gpus)
     if spec.max_cost_usd is not None and rate is None:
         raise InvalidJobSpec(
             "maxCostUSD needs an hourly rate to measure spend against: pass --gpu NAME (see 'grpo estimate --help') "
@@ -122,12 +126,17 @@ def train(job: TrainingJob, options: RunOptions, environment: Environment | None
     model, tokenizer = load_model_and_tokenizer(
         source,
         quantization="nf4" if spec.parameters.method == "QLoRA" else None,
-        device=f"cuda:{ranks.local_rank}" if on_gpu else None,  # the baseline evaluation runs on the GPU too
+        # On the GPU from the start (the baseline evaluation too); under FSDP on the CPU until accelerate shards it.
+        device=f"cuda:{ranks.local_rank}" if on_gpu and ranks.world == 1 else None,
     )
     warn_if_answers_cannot_fit(env, heldout, tokenizer, spec.parameters.max_completion_length, say)
     with grader:
         if ranks.main:
+            if on_gpu and ranks.world > 1:
+                model.to(f"cuda:{ranks.local_rank}")  # rank 0 grades the baseline on its GPU, then hands back
             baseline = baseline_evaluation(run, model, tokenizer, env, heldout, grader, spec.parameters, say)
+            if on_gpu and ranks.world > 1:
+                model.to("cpu")
             latest = run.latest_checkpoint()  # removes half-written checkpoints: once, here
         checkpoint_name = ranks.broadcast(str(latest) if ranks.main and latest else None)
         checkpoint = Path(checkpoint_name) if checkpoint_name else None
@@ -180,7 +189,7 @@ def train(job: TrainingJob, options: RunOptions, environment: Environment | None
             status,
             wall,
             rate,
-            estimated_cost(job, options),
+            estimated_cost(job, options, gpus),
             warmup,
             distributed,
         )
@@ -211,8 +220,17 @@ def final_evaluation(
         say("skipping the final evaluation: it would pass maxCostUSD")
         return None
     say(f"final evaluation on {len(heldout)} held-out tasks")
-    # Under FSDP the trained weights are sharded over the processes: evaluate what was saved instead.
-    trained = trainer.model if ranks.world == 1 else load_trained(source, run, spec.parameters)
+    if ranks.world == 1:
+        trained = trainer.model
+    else:
+        # The trained weights are sharded over the processes: evaluate what was saved, after freeing this
+        # process's shard and optimizer state so that the whole model fits beside them.
+        trainer.accelerator.free_memory()
+        trainer.model = trainer.model_wrapped = trainer.optimizer = None
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        trained = load_trained(source, run, spec.parameters)
     p = spec.parameters
     final = evaluate(trained, tokenizer, env, heldout, grader, p.max_completion_length, p.eval_batch_size)
     write_json_atomic(run.final, final.model_dump())
@@ -281,23 +299,25 @@ def run_sft_warmup(
 
     p = job.spec.parameters
     on_gpu = torch.cuda.is_available()
-    model, summary = sft_warmup(
-        model,
-        tokenizer,
-        env,
-        train_tasks,
-        steps=p.sft_warmup_steps,
-        learning_rate=p.sft_learning_rate or DEFAULT_LEARNING_RATE[p.method],
-        batch_size=p.batch_size,
-        seed=job.spec.environment.seed,
-        output_dir=str(run.path / "sft"),
-        peft_config=lora_config(p),
-        on_gpu=on_gpu,
-        bf16=on_gpu and torch.cuda.is_bf16_supported(),
-        say=say,
-        progress=console.step,
-    )
-    console.close()  # a live bar of the warm-up ends here; GRPO's starts afresh
+    try:
+        model, summary = sft_warmup(
+            model,
+            tokenizer,
+            env,
+            train_tasks,
+            steps=p.sft_warmup_steps,
+            learning_rate=p.sft_learning_rate or DEFAULT_LEARNING_RATE[p.method],
+            batch_size=p.batch_size,
+            seed=job.spec.environment.seed,
+            output_dir=str(run.path / "sft"),
+            peft_config=lora_config(p),
+            on_gpu=on_gpu,
+            bf16=on_gpu and torch.cuda.is_bf16_supported(),
+            say=say,
+            progress=console.step,
+        )
+    finally:
+        console.close()  # a live bar of the warm-up ends here (or on an error); GRPO's starts afresh
     say(f"evaluation after the SFT warm-up on {len(heldout)} held-out tasks")
     after = evaluate(model, tokenizer, env, heldout, grader, p.max_completion_length, p.eval_batch_size)
     say(f"after SFT: mean score {after.mean_score:.3f}, pass rate {after.pass_rate:.3f}")
@@ -349,6 +369,11 @@ def check_supported(job: TrainingJob, function_environment: bool = False) -> Non
                     f"distributed.strategy FSDP does not support {what} in this version; train on one device "
                     "(remove spec.distributed) or change that setting"
                 )
+    if parameters.sft_warmup_steps and parameters.beta > 0:
+        raise InvalidJobSpec(
+            "sftWarmupSteps with beta > 0 is not supported in this version: the KL reference would be the warmed-up "
+            "model in one attempt and the base model after a resume; use beta 0 (the default) with a warm-up"
+        )
     if parameters.method == "QLoRA":
         require_nf4_device()
 
@@ -598,7 +623,7 @@ def assemble_results(
     }
 
 
-def estimated_cost(job: TrainingJob, options: RunOptions) -> str | None:
+def estimated_cost(job: TrainingJob, options: RunOptions, gpus: int = 1) -> str | None:
     """The dry run's projection (planned steps x the price table's step time), when a GPU was named."""
     if options.gpu is None:
         return None
@@ -607,7 +632,7 @@ def estimated_cost(job: TrainingJob, options: RunOptions) -> str | None:
 
     gpu = lookup_gpu(options.gpu)
     rate = options.gpu_rate if options.gpu_rate is not None else gpu.usd_per_hour
-    return str(project_cost(planned_steps(job), gpu.seconds_per_step, rate).usd)
+    return str(project_cost(planned_steps(job), gpu.seconds_per_step, rate * gpus).usd)
 
 
 def summary_line(baseline: Evaluation, final: Evaluation | None, results: dict[str, Any]) -> str:

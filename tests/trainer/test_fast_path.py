@@ -464,3 +464,26 @@ def test_fast_generation_switched_off_is_reported(tmp_path: Path) -> None:
     trainer = grpo_trainer(tmp_path, fast_generation=False, fast_training=False)
     assert trainer.fast_path_reason() == "fast generation switched off"
     assert trainer.backbone is None
+
+
+def _double(x: Any) -> Any:
+    return x * 2
+
+
+def test_compiled_functions_fall_back_to_eager_when_torch_stops_compiling(caplog: Any) -> None:
+    """fullgraph=True makes torch's recompile limit a hard failure: a run with many shapes must slow down, not die."""
+    import torch._dynamo
+
+    compiled = fast_generation.compile_shape_static(_double)
+    limit = torch._dynamo.config.recompile_limit
+    torch._dynamo.reset()
+    torch._dynamo.config.recompile_limit = 1  # as if this function had seen its 64 shapes already
+    try:
+        assert compiled(torch.ones(2)).tolist() == [2.0, 2.0]
+        with caplog.at_level("WARNING"):
+            assert compiled(torch.ones(3)).tolist() == [2.0, 2.0, 2.0]  # a new shape: eager from now on
+            assert compiled(torch.ones(4)).tolist() == [2.0] * 4
+    finally:
+        torch._dynamo.config.recompile_limit = limit
+        torch._dynamo.reset()
+    assert caplog.text.count("_double: too many shapes to compile") == 1

@@ -61,3 +61,13 @@ def test_metrics_after_the_checkpoint_are_dropped_on_resume(tmp_path: Path) -> N
         handle.write('{"step": 6, "rew')  # a line cut by kill -9
     run.truncate_metrics(3)
     assert [row["step"] for row in run.read_metrics()] == [1, 2, 3]
+
+
+def test_rates_are_per_gpu_and_a_run_over_several_gpus_pays_for_each() -> None:
+    from decimal import Decimal
+
+    from nodus.trainer.run import RunOptions, hourly_rate
+
+    assert hourly_rate(RunOptions(output=Path("x"), gpu="h100"), gpus=4) == (Decimal("10.400"), 0.45)
+    assert hourly_rate(RunOptions(output=Path("x"), gpu_rate=Decimal("2.5")), gpus=2)[0] == Decimal("5.0")
+    assert hourly_rate(RunOptions(output=Path("x"))) == (None, None)

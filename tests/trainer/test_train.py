@@ -250,6 +250,12 @@ def test_identical_rewards_are_diagnosed(tiny_model: Path, tmp_path: Path) -> No
             "GRPOConfig",
         ),
         (["--trl", "top_p"], "grpo: error: --trl 'top_p' is not key=value; write e.g. --trl top_p=0.9"),
+        (
+            ["--sft-warmup-steps", "4", "--beta", "0.04"],
+            "grpo: error: sftWarmupSteps with beta > 0 is not supported in this version: the KL reference would be "
+            "the warmed-up model in one attempt and the base model after a resume; use beta 0 (the default) with a "
+            "warm-up",
+        ),
         (["--model", "hf://Qwen/Qwen3-0.6B"], None),
     ],
 )
