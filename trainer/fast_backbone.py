@@ -283,8 +283,14 @@ class FastBackbone:
         if kwargs.get("use_cache"):
             return False
         for projection in self.weights.projections[:1]:
-            if any(getattr(module, "disable_adapters", False) for module in projection.modules):
-                return False
+            for module, part in zip(projection.modules, projection.lora_parts, strict=True):
+                if getattr(module, "disable_adapters", False):
+                    return False
+                # Another adapter switched on (TRL's "ref" adapter for the KL term of a PeftModel it was given):
+                # this backbone computes with the one it captured, so the model's own forward must run.
+                active = [name for name in getattr(module, "active_adapters", []) if name in module.lora_A]
+                if part is not None and (len(active) != 1 or module.lora_A[active[0]].weight is not part[0]):
+                    return False
         return all(value is None or key == "use_cache" for key, value in kwargs.items())
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> Any:

@@ -331,6 +331,21 @@ def test_backbone_steps_aside_when_the_adapter_is_disabled() -> None:
     torch.testing.assert_close(base, reference)
     assert not torch.allclose(adapted, reference), "the adapter must change the outputs"
 
+    # A second adapter made active (TRL copies a given PeftModel's adapter as "ref" for the KL term with beta > 0).
+    model.add_adapter("ref", LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    backbone.install()
+    try:
+        with torch.no_grad():
+            model.set_adapter("ref")
+            with_ref = model(input_ids=ids).logits
+            model.set_adapter("default")
+            again = model(input_ids=ids).logits
+    finally:
+        backbone.uninstall()
+    assert backbone.calls == 2, "the 'ref' adapter's forward is the model's own"
+    torch.testing.assert_close(with_ref, reference)  # a fresh LoRA (B = 0) is the base model
+    torch.testing.assert_close(again, adapted)
+
 
 def test_compiled_sampler_matches_eager() -> None:
     """The GPU default compiles the layer functions: prompts padded to a bucket, LoRA's B product as a fused
