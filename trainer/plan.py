@@ -34,6 +34,8 @@ def dry_run(job: TrainingJob, gpu_name: str | None, rate: Decimal | None) -> str
 
     spec, p = job.spec, job.spec.parameters
     steps = planned_steps(job)
+    fsdp = spec.distributed.strategy == "FSDP"
+    gpus = (spec.distributed.processes or 1) if fsdp else 1
     lines = [
         f"plan for {job.name}: {spec.environment.name}, seed {spec.environment.seed}, "
         f"{spec.environment.train_tasks} train / {spec.environment.held_out_tasks} held-out tasks",
@@ -43,7 +45,8 @@ def dry_run(job: TrainingJob, gpu_name: str | None, rate: Decimal | None) -> str
         f"beta {p.beta:g}, learning rate {p.learning_rate:g}",
         f"  1. baseline evaluation on {spec.environment.held_out_tasks} held-out tasks (greedy), graded in "
         f"sandbox {spec.sandbox}",
-        f"  2. {steps} GRPO steps, a checkpoint every {p.save_steps}",
+        f"  2. {steps} GRPO steps, a checkpoint every {p.save_steps}"
+        + (f", FSDP over {spec.distributed.processes or 'every visible'} GPUs" if fsdp else ""),
         "  3. final evaluation on the same held-out tasks; results.json, metrics.jsonl, reward.png",
         "",
     ]
@@ -59,20 +62,29 @@ def dry_run(job: TrainingJob, gpu_name: str | None, rate: Decimal | None) -> str
     )
     estimate = estimate_memory(shape, settings)
     lines += format_table(estimate)
+    if fsdp:
+        lines.append(
+            "  (one device holding the whole model; FSDP divides the weights, gradients and optimizer state over "
+            "the GPUs, not the activations or the KV cache)"
+        )
     lines.append("")
     gpu = lookup_gpu(gpu_name) if gpu_name else None
     if gpu is None:
         known = ", ".join(g.aliases[0] for g in GPU_PRICES)
         lines.append(f"time and cost: name a GPU with --gpu ({known}) or give --gpu-rate with --gpu")
         return "\n".join(lines)
-    hourly = rate if rate is not None else gpu.usd_per_hour
+    # Rates are per GPU: a run over several GPUs pays for each (the step time is the table's single-GPU figure).
+    hourly = (rate if rate is not None else gpu.usd_per_hour) * gpus
     projection = project_cost(steps, gpu.seconds_per_step, hourly)
     lines.append(fits(estimate, gpu)[1])
     lines.append(
         f"time and cost on {gpu.name}: {steps} steps x {gpu.seconds_per_step} s = {projection.seconds} s of training, "
         f"${projection.usd} at ${hourly}/h (step time and price as published on {gpu.as_of.isoformat()}; "
         "evaluation time not included)"
+        + (f"; {gpus} GPUs" if gpus > 1 else "")
     )
+    if fsdp and spec.distributed.processes is None:
+        lines.append("note: the cost is for one GPU; set distributed.processes to project the GPUs the run will use")
     if spec.max_cost_usd is not None and projection.usd > spec.max_cost_usd:
         lines.append(f"warning: the projection passes maxCostUSD {spec.max_cost_usd}: training will stop early")
     return "\n".join(lines)

@@ -279,3 +279,15 @@ def test_dry_run_prints_plan_memory_and_cost() -> None:
     assert "fits A100 80 GB" in out
     assert "time and cost on A100 80 GB: 100 steps x 0.7 s = 70.0 s of training, $0.03 at $1.090/h" in out
     assert "warning: the projection passes maxCostUSD 0.01: training will stop early" in out
+
+
+def test_dry_run_of_an_fsdp_job_counts_every_gpu() -> None:
+    result = grpo(
+        "train", "--env", "graph-coloring@1", "--dry-run", "--gpu", "h100", "--distributed-strategy", "FSDP",
+        "--distributed-processes", "4",
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "2. 100 GRPO steps, a checkpoint every 25, FSDP over 4 GPUs" in out
+    assert "FSDP divides the weights, gradients and optimizer state over the GPUs" in out
+    assert "100 steps x 0.45 s = 45.00 s of training, $0.13 at $10.400/h" in out and "; 4 GPUs" in out
