@@ -37,6 +37,15 @@ say() { printf '[%4ds] %s\n' $((SECONDS - STARTED)) "$*"; }
 # nothing is lost if the call is stopped).
 keep() { grep --line-buffered -E "$1" | grep --line-buffered -o -E '^.{0,400}'; }
 
+# report_exit RC WHAT LIMIT_S NOTE_IF_STOPPED NOTE_IF_FAILED: one line on how a part ended.
+report_exit() {
+    case $1 in
+        0) say "$2 finished" ;;
+        124 | 137) say "$2 STOPPED at its ${3}s limit ($4)" ;;
+        *) say "$2 exited with rc=$1 ($5)" ;;
+    esac
+}
+
 # -- 1. wheels, versions, GPU ----------------------------------------------------------------------------------------
 part1() {
     say "part 1: install the carried wheels into $SITE"
@@ -103,12 +112,7 @@ part2() {
         --plan "qwen3-0.6b=stock,fast-compiled,fast-compiled+graphs;qwen3-8b=fast-compiled+graphs" \
         --json-out "$OUT/bench.jsonl" 2>&1 | tee "$OUT/bench.log" |
         keep '^(versions|FAILED|fidelity |shape |qwen3-|Traceback)|^[A-Za-z_.]*(Error|Exception): '
-    local rc=${PIPESTATUS[0]}
-    case $rc in
-        0) say "benchmark finished" ;;
-        124 | 137) say "benchmark STOPPED at its ${BENCH_TIMEOUT}s limit: rows so far are in bench.jsonl" ;;
-        *) say "benchmark exited with rc=$rc (see bench.log)" ;;
-    esac
+    report_exit "${PIPESTATUS[0]}" benchmark "$BENCH_TIMEOUT" "rows so far are in bench.jsonl" "see bench.log"
     # One short line per row, from the rows written so far (the table above is missing when the limit was hit).
     timeout -k 5 30 "$PY" - "$OUT/bench.jsonl" <<'PYEOF'
 import json, sys
@@ -285,11 +289,7 @@ PYEOF
         timeout -k 10 "$QLORA_TIMEOUT" "$PY" -u "$check" 2>&1 | tee "$OUT/qlora.log" |
         keep '^(QLORA|starting|resuming|baseline|fast path|step|final evaluation|done|warning: every|Traceback)|^[A-Za-z_.]*(Error|Exception): '
     local rc=${PIPESTATUS[0]}
-    case $rc in
-        0) say "part 3 finished" ;;
-        124 | 137) say "part 3 STOPPED at its ${QLORA_TIMEOUT}s limit (see qlora.log)" ;;
-        *) say "part 3 exited with rc=$rc (see qlora.json / qlora.log)" ;;
-    esac
+    report_exit "$rc" "part 3" "$QLORA_TIMEOUT" "see qlora.log" "see qlora.json / qlora.log"
     if [ ! -f "$OUT/qlora.json" ]; then
         printf '{"method": "%s", "ok": false, "error": "no summary written: rc=%s (124/137 = stopped at %ss)"}\n' \
             "$QLORA_METHOD" "$rc" "$QLORA_TIMEOUT" >"$OUT/qlora.json"

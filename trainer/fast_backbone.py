@@ -114,13 +114,15 @@ def _train_stack(
     sin: torch.Tensor,
     mask: torch.Tensor | None,
     checkpointing: bool,
+    layer_fn: Any = _train_layer,
 ) -> torch.Tensor:
-    """Every layer in one function, so that one compilation covers the whole stack (forward and backward)."""
+    """The decoder stack, layer by layer (compiled as a whole, one compilation covers forward and backward)."""
     for layer in layers:
         if checkpointing:
-            x = checkpoint(_train_layer, x, layer, shape, cos, sin, mask, use_reentrant=False, preserve_rng_state=False)
+            # No RNG state to preserve (no dropout here), and saving it is not allowed inside a graph capture.
+            x = checkpoint(layer_fn, x, layer, shape, cos, sin, mask, use_reentrant=False, preserve_rng_state=False)
         else:
-            x = _train_layer(x, layer, shape, cos, sin, mask)
+            x = layer_fn(x, layer, shape, cos, sin, mask)
     return x
 
 
@@ -332,15 +334,7 @@ class FastBackbone:
         if self.stack_fn is not None:
             out: torch.Tensor = self.stack_fn(x, self.layers, shape, cos, sin, mask, checkpointing)
             return out
-        for layer in self.layers:
-            if checkpointing:
-                # No RNG state to preserve (no dropout here), and saving it is not allowed inside a graph capture.
-                x = checkpoint(
-                    self.layer_fn, x, layer, shape, cos, sin, mask, use_reentrant=False, preserve_rng_state=False
-                )
-            else:
-                x = self.layer_fn(x, layer, shape, cos, sin, mask)
-        return x
+        return _train_stack(x, self.layers, shape, cos, sin, mask, checkpointing, self.layer_fn)
 
     def _graphed(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None, checkpointing: bool

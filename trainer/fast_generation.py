@@ -305,10 +305,11 @@ def _decoder_stack(
     k_caches: list[torch.Tensor],
     v_caches: list[torch.Tensor],
     slot: torch.Tensor,
+    layer_fn: Any = _layer_forward,
 ) -> torch.Tensor:
-    """Every layer in one function, so that one compilation can fuse across layer boundaries."""
+    """The decoder stack, layer by layer (compiled as a whole, one compilation can fuse across layer boundaries)."""
     for layer, k_cache, v_cache in zip(layers, k_caches, v_caches, strict=True):
-        x = _layer_forward(x, layer, shape, cos, sin, mask, k_cache, v_cache, slot)
+        x = layer_fn(x, layer, shape, cos, sin, mask, k_cache, v_cache, slot)
     return x
 
 
@@ -532,8 +533,8 @@ class _DecodeState:
         if stack_fn is not None:
             x = stack_fn(x, sampler.layers, sampler.shape, cos, sin, mask, self.k_cache, self.v_cache, slots)
         else:
-            for layer, k_cache, v_cache in zip(sampler.layers, self.k_cache, self.v_cache, strict=True):
-                x = layer_fn(x, layer, sampler.shape, cos, sin, mask, k_cache, v_cache, slots)
+            caches = (self.k_cache, self.v_cache)
+            x = _decoder_stack(x, sampler.layers, sampler.shape, cos, sin, mask, *caches, slots, layer_fn)
         return _rms_norm(x[:, -1], sampler.model.model.norm.weight, sampler.shape.eps)
 
     def _sample(self, hidden: torch.Tensor) -> None:

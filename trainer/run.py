@@ -630,9 +630,9 @@ def estimated_cost(job: TrainingJob, options: RunOptions, gpus: int = 1) -> str 
     from nodus.trainer.plan import planned_steps
     from nodus.trainer.pricing import project_cost
 
-    gpu = lookup_gpu(options.gpu)
-    rate = options.gpu_rate if options.gpu_rate is not None else gpu.usd_per_hour
-    return str(project_cost(planned_steps(job), gpu.seconds_per_step, rate * gpus).usd)
+    rate, step_seconds = hourly_rate(options, gpus)
+    assert rate is not None and step_seconds is not None  # a GPU was named
+    return str(project_cost(planned_steps(job), Decimal(str(step_seconds)), rate).usd)
 
 
 def summary_line(baseline: Evaluation, final: Evaluation | None, results: dict[str, Any]) -> str:
