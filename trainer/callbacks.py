@@ -114,11 +114,16 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]  # transformers is unt
         logs: dict[str, Any] | None = None,
         **_: Any,
     ) -> None:
-        if not logs or "reward" not in logs or not self.ranks.main:
-            return  # the end-of-training summary log, not a step; or not the process that writes
+        if not logs or "reward" not in logs:
+            return  # the end-of-training summary log, not a step
+        # Each process grades its own share of the completions: the count is over all of them (a collective, so
+        # every process takes part before the others return; TRL logs a step's metrics on every process).
+        failures = sum(self.ranks.gather(self.reward.infrastructure_failures))
+        if not self.ranks.main:
+            return  # only rank 0 writes
         row: dict[str, Any] = {"step": state.global_step, **{k: logs[k] for k in KEPT_METRICS if k in logs}}
         row["step_seconds"] = round(self._step_seconds[-1], 3) if self._step_seconds else None
-        row["infrastructure_failures"] = self.reward.infrastructure_failures
+        row["infrastructure_failures"] = failures
         spent = self.cost.usd()
         row["spent_usd"] = None if spent is None else str(spent)
         self.run.append_metrics(row)

@@ -222,7 +222,7 @@ def load_from_hf_cache(model: str, hf_cache_dir: Path | None) -> ModelShape:
     if match is None:
         raise ModelConfigError(f"{model!r} is not of the form hf://org/name@revision")
     repo, revision = match["repo"], match["revision"]
-    download = f"huggingface-cli download {repo}" + (f" --revision {revision}" if revision else "") + " config.json"
+    download = f"hf download {repo}" + (f" --revision {revision}" if revision else "") + " config.json"
     how_to_get_it = f"run `{download}` on a machine with access, or pass a local config.json"
     try:
         from huggingface_hub import try_to_load_from_cache

@@ -9,7 +9,7 @@ from nodus.core.registry import get_registry
 from nodus.trainer.estimate import JobSettings, estimate_memory, load_model_shape, parse_method
 from nodus.trainer.estimate_cli import format_table
 from nodus.trainer.pricing import GPU_PRICES, fits, lookup_gpu, project_cost
-from nodus.trainer.spec import TrainingJob
+from nodus.trainer.spec import TrainingJob, check_combinations
 
 
 def planned_steps(job: TrainingJob) -> int:
@@ -30,8 +30,9 @@ def prompt_tokens_estimate(job: TrainingJob) -> int:
 
 
 def dry_run(job: TrainingJob, gpu_name: str | None, rate: Decimal | None) -> str:
-    from nodus.trainer.models import model_config_path, resolve_model
+    from nodus.trainer.models import ModelNotAvailable, model_config_path, resolve_model
 
+    check_combinations(job)  # what the run would refuse at its start, the plan refuses too
     spec, p = job.spec, job.spec.parameters
     steps = planned_steps(job)
     fsdp = spec.distributed.strategy == "FSDP"
@@ -51,18 +52,26 @@ def dry_run(job: TrainingJob, gpu_name: str | None, rate: Decimal | None) -> str
         "",
     ]
     source = resolve_model(spec.model.uri)
-    shape = load_model_shape(str(model_config_path(source)))
-    settings = JobSettings(
-        method=parse_method(p.method),
-        lora_r=p.lora.r,
-        beta=p.beta,
-        num_generations=p.num_generations,
-        max_completion_length=p.max_completion_length,
-        prompt_length=prompt_tokens_estimate(job),
-    )
-    estimate = estimate_memory(shape, settings)
-    lines += format_table(estimate)
-    if fsdp:
+    try:
+        shape = load_model_shape(str(model_config_path(source)))
+    except ModelNotAvailable as error:
+        # Planning must work before the model is downloaded: the rest of the plan does not need it.
+        shape = None
+        lines.append(f"memory: not estimated: {error}")
+        lines.append("  (or size it from a config.json alone: grpo estimate --model path/to/config.json)")
+    estimate = None
+    if shape is not None:
+        settings = JobSettings(
+            method=parse_method(p.method),
+            lora_r=p.lora.r,
+            beta=p.beta,
+            num_generations=p.num_generations,
+            max_completion_length=p.max_completion_length,
+            prompt_length=prompt_tokens_estimate(job),
+        )
+        estimate = estimate_memory(shape, settings)
+        lines += format_table(estimate)
+    if fsdp and estimate is not None:
         lines.append(
             "  (one device holding the whole model; FSDP divides the weights, gradients and optimizer state over "
             "the GPUs, not the activations or the KV cache)"
@@ -76,7 +85,8 @@ def dry_run(job: TrainingJob, gpu_name: str | None, rate: Decimal | None) -> str
     # Rates are per GPU: a run over several GPUs pays for each (the step time is the table's single-GPU figure).
     hourly = (rate if rate is not None else gpu.usd_per_hour) * gpus
     projection = project_cost(steps, gpu.seconds_per_step, hourly)
-    lines.append(fits(estimate, gpu)[1])
+    if estimate is not None:
+        lines.append(fits(estimate, gpu)[1])
     lines.append(
         f"time and cost on {gpu.name}: {steps} steps x {gpu.seconds_per_step} s = {projection.seconds} s of training, "
         f"${projection.usd} at ${hourly}/h (step time and price as published on {gpu.as_of.isoformat()}; "

@@ -8,8 +8,6 @@ cost cap, in the order a reader expects:
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import gc
 import shutil
 import time
@@ -34,7 +32,7 @@ from nodus.trainer.ranks import Ranks
 from nodus.trainer.results import paired_comparison, plot_rewards, reward_signal, versions
 from nodus.trainer.rewards import SandboxReward, merge_reward_states, prompt_dataset
 from nodus.trainer.rundir import RunDir, read_json, write_json_atomic
-from nodus.trainer.spec import InvalidJobSpec, Parameters, TrainingJob
+from nodus.trainer.spec import InvalidJobSpec, Parameters, TrainingJob, check_combinations, check_trl_fields
 
 
 @dataclass
@@ -338,43 +336,12 @@ def sft_results(warmup: dict[str, Any] | None, final: Evaluation | None, summary
     }
 
 
-def check_trl_fields(parameters: Parameters, config_cls: Any = None) -> None:
-    """spec.parameters.trl passes fields to TRL's GRPOConfig: a misspelt one is an error, not silently ignored."""
-    if config_cls is None:
-        from trl import GRPOConfig
-
-        config_cls = GRPOConfig
-    known = {f.name for f in dataclasses.fields(config_cls)}
-    for key in parameters.trl:
-        if key not in known:
-            close = difflib.get_close_matches(key, sorted(known), n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            raise InvalidJobSpec(f"spec.parameters.trl.{key} is not a GRPOConfig field; {hint}see TRL's GRPOConfig")
-
-
 def check_supported(job: TrainingJob, function_environment: bool = False) -> None:
     """Refuse, before any work, what this version cannot run rather than silently doing something else."""
-    parameters = job.spec.parameters
-    check_trl_fields(parameters)
+    check_combinations(job, function_environment)
     if job.spec.distributed.strategy == "FSDP":
         fsdp_processes(job)
-        unsupported = {
-            parameters.method == "QLoRA": "method QLoRA (4-bit weights need FSDP's quantized storage settings)",
-            parameters.sft_warmup_steps > 0: "sftWarmupSteps",
-            function_environment: "a Python function environment (the other processes cannot import it)",
-        }
-        for refused, what in unsupported.items():
-            if refused:
-                raise InvalidJobSpec(
-                    f"distributed.strategy FSDP does not support {what} in this version; train on one device "
-                    "(remove spec.distributed) or change that setting"
-                )
-    if parameters.sft_warmup_steps and parameters.beta > 0:
-        raise InvalidJobSpec(
-            "sftWarmupSteps with beta > 0 is not supported in this version: the KL reference would be the warmed-up "
-            "model in one attempt and the base model after a resume; use beta 0 (the default) with a warm-up"
-        )
-    if parameters.method == "QLoRA":
+    if job.spec.parameters.method == "QLoRA":
         require_nf4_device()
 
 

@@ -6,8 +6,10 @@ validation message states the rule, why it exists, and how to fix the spec (the 
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
+import re
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -24,6 +26,11 @@ DEFAULT_MODEL = "default"
 
 class InvalidJobSpec(NodusError):
     """A job spec (file or flags) that fails validation."""
+
+
+# TRL 1.x's GRPOConfig.loss_type values. TRL itself accepts any string and fails only at the first loss
+# computation, after the baseline evaluation: checked here, a typo fails before any work.
+LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "vespo"]
 
 
 class _Strict(BaseModel):
@@ -66,7 +73,7 @@ class Parameters(_Strict):
     temperature: float = Field(1.0, gt=0.0, le=10.0)
     epochs: float = Field(1.0, gt=0.0)
     max_steps: int | None = Field(None, alias="maxSteps", ge=1, description="Overrides epochs when set.")
-    loss_type: str = Field("dapo", alias="lossType")
+    loss_type: LossType = Field("dapo", alias="lossType", description="TRL's loss_type (GRPOConfig).")
     eval_batch_size: int = Field(16, alias="evalBatchSize", ge=1)
     fast_path: Literal["auto", "on", "off"] = Field(
         "auto",
@@ -268,7 +275,43 @@ def _one_line(error: ValidationError, source: str) -> str:
         return f"invalid job spec ({source}): {where} is required"
     value = first.get("input")
     shown = f" = {value!r}" if first["loc"] and not isinstance(value, dict) else ""
-    return f"invalid job spec ({source}): {where}{shown}: {message}"
+    fix = _fix_for(first["type"], first.get("ctx") or {}, loc, value)
+    return f"invalid job spec ({source}): {where}{shown}: {message}" + (f"; {fix}" if fix else "")
+
+
+def _fix_for(kind: str, ctx: dict[str, Any], loc: str, value: Any) -> str:
+    """How to fix a value pydantic rejected with its own message (ours carry their fix already)."""
+    if kind == "literal_error":
+        allowed = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
+        same = [a for a in allowed if a.lower() == str(value).lower()]
+        close = same or difflib.get_close_matches(str(value), allowed, n=1)
+        return f"did you mean {close[0]!r}?" if close else "use one of these"
+    if loc == "metadata.name" and kind == "string_pattern_mismatch":
+        return "use letters, digits, '.', '_' and '-', starting with a letter or digit, e.g. my-grpo-run"
+    bounds = {
+        "greater_than_equal": ("use {} or more", "ge"),
+        "greater_than": ("use a value above {}", "gt"),
+        "less_than_equal": ("use {} or less", "le"),
+        "less_than": ("use a value below {}", "lt"),
+        "string_too_long": ("use at most {} characters", "max_length"),
+    }
+    if kind in bounds:
+        text, key = bounds[kind]
+        return text.format(ctx.get(key))
+    by_kind = {
+        "int_parsing": "use a whole number",
+        "int_type": "use a whole number",
+        "int_from_float": "use a whole number",
+        "float_parsing": "use a number, e.g. 0.5",
+        "float_type": "use a number, e.g. 0.5",
+        "decimal_parsing": "write an amount in US dollars, e.g. \"5.00\"",
+        "decimal_type": "write an amount in US dollars, e.g. \"5.00\"",
+        "bool_parsing": "use true or false",
+        "dict_type": "write a mapping of key: value lines",
+        "model_type": "write a mapping of key: value lines",
+        "string_type": "write it as text (quote it in YAML)",
+    }
+    return by_kind.get(kind, "")
 
 
 def _model_at(dotted: str) -> type[BaseModel] | None:
@@ -284,3 +327,41 @@ def _model_at(dotted: str) -> type[BaseModel] | None:
 
 def _lcm(a: int, b: int) -> int:
     return math.lcm(a, b)
+
+
+def check_trl_fields(parameters: Parameters, config_cls: Any = None) -> None:
+    """spec.parameters.trl passes fields to TRL's GRPOConfig: a misspelt one is an error, not silently ignored."""
+    if config_cls is None:
+        from trl import GRPOConfig
+
+        config_cls = GRPOConfig
+    known = {f.name for f in dataclasses.fields(config_cls)}
+    for key in parameters.trl:
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise InvalidJobSpec(f"spec.parameters.trl.{key} is not a GRPOConfig field; {hint}see TRL's GRPOConfig")
+
+
+def check_combinations(job: TrainingJob, function_environment: bool = False) -> None:
+    """Settings that are valid one by one but that this version cannot run together; needs no device, so the dry
+    run applies it too (the device checks, a GPU for QLoRA or for FSDP, come when the run starts)."""
+    parameters = job.spec.parameters
+    check_trl_fields(parameters)
+    if job.spec.distributed.strategy == "FSDP":
+        unsupported = {
+            parameters.method == "QLoRA": "method QLoRA (4-bit weights need FSDP's quantized storage settings)",
+            parameters.sft_warmup_steps > 0: "sftWarmupSteps",
+            function_environment: "a Python function environment (the other processes cannot import it)",
+        }
+        for refused, what in unsupported.items():
+            if refused:
+                raise InvalidJobSpec(
+                    f"distributed.strategy FSDP does not support {what} in this version; train on one device "
+                    "(remove spec.distributed) or change that setting"
+                )
+    if parameters.sft_warmup_steps and parameters.beta > 0:
+        raise InvalidJobSpec(
+            "sftWarmupSteps with beta > 0 is not supported in this version: the KL reference would be the warmed-up "
+            "model in one attempt and the base model after a resume; use beta 0 (the default) with a warm-up"
+        )

@@ -254,7 +254,7 @@ def test_hf_model_not_in_cache(tmp_path: Path) -> None:
         load_model_shape("hf://Qwen/Qwen3-8B@main", hf_cache_dir=tmp_path)
     assert str(error.value) == (
         "config.json of hf://Qwen/Qwen3-8B@main is not in the local Hugging Face cache; run "
-        "`huggingface-cli download Qwen/Qwen3-8B --revision main config.json` on a machine with access, "
+        "`hf download Qwen/Qwen3-8B --revision main config.json` on a machine with access, "
         "or pass a local config.json"
     )
 
@@ -279,7 +279,7 @@ def test_hf_model_without_huggingface_hub(monkeypatch: pytest.MonkeyPatch) -> No
         load_model_shape("hf://Qwen/Qwen3-8B@main")
     assert str(error.value) == (
         "cannot read hf://Qwen/Qwen3-8B@main from the Hugging Face cache: huggingface_hub is not installed; "
-        "pip install huggingface_hub, or run `huggingface-cli download Qwen/Qwen3-8B --revision main config.json` "
+        "pip install huggingface_hub, or run `hf download Qwen/Qwen3-8B --revision main config.json` "
         "on a machine with access, or pass a local config.json"
     )
 

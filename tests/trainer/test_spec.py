@@ -54,7 +54,7 @@ def test_defaults_without_a_file() -> None:
         (
             {"spec.parameters.numGenerations": 1},
             "invalid job spec (flags): spec.parameters.numGenerations (--num-generations) = 1: "
-            "Input should be greater than or equal to 2",
+            "Input should be greater than or equal to 2; use 2 or more",
         ),
         (
             {"spec.parameters.generationBatchSize": 10},
@@ -88,11 +88,23 @@ def test_defaults_without_a_file() -> None:
         (
             {"spec.parameters.method": "QLORA"},
             "invalid job spec (flags): spec.parameters.method (--method) = 'QLORA': Input should be 'LoRA', 'QLoRA' "
-            "or 'Full'",
+            "or 'Full'; did you mean 'QLoRA'?",
         ),
         (
             {"spec.maxCostUSD": "five"},
-            "invalid job spec (flags): spec.maxCostUSD (--max-cost-usd) = 'five': Input should be a valid decimal",
+            "invalid job spec (flags): spec.maxCostUSD (--max-cost-usd) = 'five': Input should be a valid decimal; "
+            'write an amount in US dollars, e.g. "5.00"',
+        ),
+        (
+            {"spec.parameters.lossType": "bogus"},
+            "invalid job spec (flags): spec.parameters.lossType (--loss-type) = 'bogus': Input should be 'grpo', "
+            "'bnpo', 'dr_grpo', 'dapo', 'luspo', 'cispo', 'sapo' or 'vespo'; use one of these",
+        ),
+        (
+            {"metadata.name": "my run"},
+            "invalid job spec (flags): metadata.name (--name) = 'my run': String should match pattern "
+            "'^[A-Za-z0-9][A-Za-z0-9._-]*$'; use letters, digits, '.', '_' and '-', starting with a letter or digit, "
+            "e.g. my-grpo-run",
         ),
     ],
 )

@@ -281,6 +281,36 @@ def test_dry_run_prints_plan_memory_and_cost() -> None:
     assert "warning: the projection passes maxCostUSD 0.01: training will stop early" in out
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--loss-type", "bogus"],
+        ["--trl", "top_pp=0.9"],
+        ["--sft-warmup-steps", "4", "--beta", "0.04"],
+        ["--method", "QLoRA", "--distributed-strategy", "FSDP", "--distributed-processes", "2"],
+    ],
+)
+def test_the_dry_run_refuses_what_the_run_would_refuse(args: list[str]) -> None:
+    # A plan that says "fits, $0.04" for a job that the run then refuses would be a wrong answer.
+    dry = grpo("train", "--env", "graph-coloring@1", "--dry-run", *args)
+    assert dry.returncode == 2 and "Traceback" not in dry.stderr
+    assert len(dry.stderr.strip().splitlines()) == 1 and dry.stderr.startswith("grpo: error: ")
+
+
+def test_dry_run_of_a_model_not_downloaded_yet_still_plans(tmp_path: Path) -> None:
+    model = "hf://Qwen/Qwen3-0.6B@c1899de289a04d12100db370d81485cdf75e47ca"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    result = subprocess.run(
+        [GRPO, "train", "--env", "graph-coloring@1", "--model", model, "--dry-run", "--gpu", "h100"],
+        capture_output=True, text=True, timeout=600, env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "memory: not estimated: model hf://Qwen/Qwen3-0.6B@c1899de2" in result.stdout
+    assert "its config.json is not in the local Hugging Face cache" in result.stdout
+    assert "grpo estimate --model path/to/config.json" in result.stdout
+    assert "time and cost on H100 SXM 80 GB: 100 steps x 0.45 s" in result.stdout
+
+
 def test_dry_run_of_an_fsdp_job_counts_every_gpu() -> None:
     result = grpo(
         "train", "--env", "graph-coloring@1", "--dry-run", "--gpu", "h100", "--distributed-strategy", "FSDP",
