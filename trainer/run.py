@@ -31,7 +31,7 @@ from nodus.trainer.progress import Console
 from nodus.trainer.ranks import Ranks
 from nodus.trainer.results import paired_comparison, plot_rewards, reward_signal, versions
 from nodus.trainer.rewards import SandboxReward, merge_reward_states, prompt_dataset
-from nodus.trainer.rundir import RunDir, read_json, write_json_atomic
+from nodus.trainer.rundir import COMPLETE_MARKER, RunDir, read_json, write_json_atomic
 from nodus.trainer.spec import InvalidJobSpec, Parameters, TrainingJob, check_combinations, check_trl_fields
 
 
@@ -105,6 +105,10 @@ def train(job: TrainingJob, options: RunOptions, environment: Environment | None
     grader = Grader(env, sandbox=spec.sandbox, limits=spec.sandbox_limits)  # checks the limits; starts nothing
     if spec.distributed.strategy == "FSDP" and not in_child():
         return launch(job, options, fsdp_processes(job))
+    from trl import GRPOConfig
+
+    # TRL's own checks of the settings (e.g. of --trl fields), before any work rather than after the baseline.
+    grpo_config(GRPOConfig, job, RunDir(options.output), options, ranks.world)
     run = RunDir(options.output)
     # What touches the run directory happens on rank 0; the others follow once it is done.
     resuming = ranks.broadcast(run.claim(job.canonical()) if ranks.main else None)
@@ -115,11 +119,91 @@ def train(job: TrainingJob, options: RunOptions, environment: Environment | None
         f"model {spec.model.uri}, {spec.parameters.method} r={spec.parameters.lora.r}"
         + (f", FSDP over {ranks.world} processes" if ranks.world > 1 else "")
     )
-    if run.results.exists() and read_json(run.results).get("status") in ("completed", "stopped_by_cost_cap"):
-        say(f"this run is already finished; results in {run.results}")
-        results: dict[str, Any] = read_json(run.results)
-        return results
+    if run.results.exists():
+        finished = finished_note(read_json(run.results), spec.max_cost_usd)
+        if finished:
+            say(f"{finished}; results in {run.results}")
+            results: dict[str, Any] = read_json(run.results)
+            return results
+    try:
+        return train_claimed(
+            job, options, run, env, distribution, train_tasks, heldout, source, grader, cost, rate,
+            table_step_seconds, gpus, ranks, console,
+        )
+    except BaseException as error:  # recorded, then raised as it was (a bug keeps its traceback)
+        if ranks.main and not isinstance(error, SystemExit):
+            say(record_failure(run, job, distribution, error))
+        raise
 
+
+def finished_note(previous: dict[str, Any], cap: Decimal | None) -> str | None:
+    """Why a re-run on this directory has nothing to do, or None when it should train (resume or continue)."""
+    status = previous.get("status")
+    if status == "completed":
+        return "this run is already finished"
+    if status == "stopped_by_cost_cap":
+        spent = (previous.get("cost") or {}).get("actualUSD")
+        old_cap = (previous.get("cost") or {}).get("maxCostUSD")
+        if cap is None or old_cap is None or cap > Decimal(old_cap):
+            return None  # the cap was raised (or removed): continue from the checkpoint kept at the stop
+        return (
+            f"this run is already finished: it stopped at its cost cap (maxCostUSD {old_cap}, spent ${spent}); "
+            "to continue it, repeat the command with a higher --max-cost-usd"
+        )
+    return None  # failed or interrupted: resume
+
+
+def record_failure(run: RunDir, job: TrainingJob, distribution: str, error: BaseException) -> str:
+    """results.json for a run that raised: status failed (or interrupted, for Ctrl-C), the error, where to resume.
+
+    A kill -9 leaves no record (nothing can run); the checkpoints are the same either way."""
+    interrupted = isinstance(error, KeyboardInterrupt)
+    checkpoints = sorted(
+        (int(folder.name.rpartition("-")[2]), folder.name)
+        for folder in run.checkpoints.glob("checkpoint-*")
+        if (folder / COMPLETE_MARKER).exists()
+    )
+    message = (str(error).strip().splitlines() or [""])[0][:500]
+    baseline = Evaluation.model_validate(read_json(run.baseline)) if run.baseline.exists() else None
+    metrics = run.read_metrics()
+    last = checkpoints[-1][1] if checkpoints else None
+    resume = f"from {last}" if last else "from the start of training (no checkpoint yet)"
+    summary = None if baseline is None else {"meanScore": baseline.mean_score, "passRate": baseline.pass_rate}
+    write_json_atomic(
+        run.results,
+        {
+            "status": "interrupted" if interrupted else "failed",
+            "error": None if interrupted else f"{type(error).__name__}: {message}",
+            "job": job.canonical(),
+            "versions": versions(distribution),
+            "baseline": summary,
+            "training": {"steps": metrics[-1]["step"] if metrics else 0, "lastCheckpoint": last},
+            "resume": f"repeat the command with --output {run.path}: it continues {resume}",
+        },
+    )
+    what = "interrupted" if interrupted else "failed"
+    return f"run {what}; recorded in {run.results}; repeat the command with --output {run.path} to continue {resume}"
+
+
+def train_claimed(
+    job: TrainingJob,
+    options: RunOptions,
+    run: RunDir,
+    env: Environment,
+    distribution: str,
+    train_tasks: list[Task],
+    heldout: list[Task],
+    source: Any,
+    grader: Grader,
+    cost: CostMeter,
+    rate: Decimal | None,
+    table_step_seconds: float | None,
+    gpus: int,
+    ranks: Ranks,
+    console: Console,
+) -> dict[str, Any]:
+    """The run in a claimed directory: load, baseline (or reuse it), train (or resume), final evaluation, results."""
+    spec, say = job.spec, console.say
     on_gpu = torch.cuda.is_available()
     model, tokenizer = load_model_and_tokenizer(
         source,
@@ -195,8 +279,8 @@ def train(job: TrainingJob, options: RunOptions, environment: Environment | None
         plot_rewards(run.plot, run.read_metrics(), baseline, final)
         say(summary_line(baseline, final, results))
     ranks.barrier()
-    results = read_json(run.results)
-    return results
+    written: dict[str, Any] = read_json(run.results)
+    return written
 
 
 def final_evaluation(

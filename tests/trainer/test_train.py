@@ -112,10 +112,44 @@ def test_kill_9_then_rerun_resumes_and_reuses_the_baseline(tiny_model: Path, tmp
     )
 
 
+def test_a_run_that_fails_or_is_interrupted_says_so_in_results_json(tiny_model: Path, tmp_path: Path) -> None:
+    # A setting TRL accepts and then fails on, after the baseline: the run is recorded as failed, with the error.
+    failing = tmp_path / "failing"
+    result = grpo("train", "--model", tiny_model, *TOY, "--max-steps", "2", "--trl", "gradient_accumulation_steps=0",
+                  "--output", failing)
+    assert result.returncode != 0
+    assert f"run failed; recorded in {failing / 'results.json'}" in result.stderr
+    assert "to continue from the start of training (no checkpoint yet)" in result.stderr
+    record = json.loads((failing / "results.json").read_text())
+    assert record["status"] == "failed"
+    assert record["error"].startswith("ValueError: batch_size should be a positive integer value")
+    assert record["baseline"]["meanScore"] == 0.0 and record["training"]["lastCheckpoint"] is None
+
+    # Ctrl-C after the first checkpoint: status interrupted, and the same command continues from the checkpoint.
+    out = tmp_path / "run"
+    args = ["train", "--model", str(tiny_model), *TOY, "--max-steps", "12", "--save-steps", "4", "--output", str(out)]
+    process = subprocess.Popen([GRPO, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not list((out / "checkpoints").glob("checkpoint-*/COMPLETE.json")):
+        assert process.poll() is None and time.monotonic() < deadline, "no checkpoint was written"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode != 0
+    record = json.loads((out / "results.json").read_text())
+    assert record["status"] == "interrupted" and record["error"] is None
+    checkpoint = record["training"]["lastCheckpoint"]
+    assert checkpoint is not None and f"run interrupted; recorded in {out / 'results.json'}" in stderr
+    resumed = grpo(*args)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming from {checkpoint}" in resumed.stderr
+    assert json.loads((out / "results.json").read_text())["status"] == "completed"
+
+
 def test_cost_cap_stops_training_and_records_the_status(tiny_model: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     # $360/h is 10 cents a second: a $2.00 cap (20 s of the whole run) allows well under the 400 steps asked for.
-    result = grpo(
+    args = [
         "train",
         "--model",
         tiny_model,
@@ -130,7 +164,8 @@ def test_cost_cap_stops_training_and_records_the_status(tiny_model: Path, tmp_pa
         "2.00",
         "--output",
         out,
-    )
+    ]
+    result = grpo(*args)
     assert result.returncode == 0, result.stderr
     results = json.loads((out / "results.json").read_text())
     assert results["status"] == "stopped_by_cost_cap"
@@ -138,6 +173,23 @@ def test_cost_cap_stops_training_and_records_the_status(tiny_model: Path, tmp_pa
     assert float(results["cost"]["actualUSD"]) <= 2.00
     assert "stopping: one more step would pass maxCostUSD 2.00" in result.stderr
     assert list((out / "checkpoints").glob("checkpoint-*/COMPLETE.json")), "the work done is kept"
+
+    same = grpo(*args)  # the same cap: nothing to do, and the message says how to go on
+    assert same.returncode == 0
+    assert "it stopped at its cost cap (maxCostUSD 2.00, spent $" in same.stderr
+    assert "to continue it, repeat the command with a higher --max-cost-usd" in same.stderr
+
+    raised = grpo(*args[:-4], "--max-cost-usd", "4.00", "--output", out)  # a higher cap continues the run
+    assert raised.returncode == 0, raised.stderr
+    steps = results["training"]["steps"]
+    assert f"resuming from checkpoint-{steps} (step {steps})" in raised.stderr
+    assert "reusing the saved baseline evaluation" in raised.stderr
+    continued = json.loads((out / "results.json").read_text())
+    assert continued["training"]["steps"] > steps
+    assert [row["step"] for row in continued["training"]["rewardPerStep"]] == list(
+        range(1, continued["training"]["steps"] + 1)
+    )
+    assert continued["cost"]["maxCostUSD"] == "4.00" and float(continued["cost"]["actualUSD"]) <= 4.00
 
 
 def test_sft_warmup_runs_before_grpo_and_a_resume_does_not_repeat_it(tiny_model: Path, tmp_path: Path) -> None:
@@ -255,6 +307,11 @@ def test_identical_rewards_are_diagnosed(tiny_model: Path, tmp_path: Path) -> No
             "grpo: error: sftWarmupSteps with beta > 0 is not supported in this version: the KL reference would be "
             "the warmed-up model in one attempt and the base model after a resume; use beta 0 (the default) with a "
             "warm-up",
+        ),
+        (
+            ["--trl", "steps_per_generation=2", "--generation-batch-size", "16"],
+            "grpo: error: TRL rejected the training parameters: 'generation_batch_size' and 'steps_per_generation' "
+            "can not be both configured at the same time",
         ),
         (["--model", "hf://Qwen/Qwen3-0.6B"], None),
     ],
