@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+from nodus.core.errors import NodusError
 from nodus.core.function_env import InvalidFunctionEnvironment, function_environment
 from nodus.trainer import api
 
@@ -56,8 +57,37 @@ def test_sft_warmup_without_references_is_refused_before_any_work(tmp_path: Path
 
 
 def test_unknown_keyword_names_the_known_fields() -> None:
-    with pytest.raises(TypeError, match="unknown training field\\(s\\) num_generation; known: batch_size, beta"):
+    with pytest.raises(TypeError) as error:
         api.train(env="graph-coloring@1", num_generation=4)
+    assert str(error.value).startswith(
+        "unknown training field(s) num_generation; did you mean 'num_generations'? known: batch_size, beta"
+    )
+    with pytest.raises(TypeError, match=r"for the dry run call api.plan\(...\) with the same arguments"):
+        api.train(env="graph-coloring@1", dry_run=True)
+
+
+def test_the_api_mirrors_the_cli(tmp_path: Path) -> None:
+    # The dry run, the mappings of --param / --limit / --trl, and the CLI's messages for bad values.
+    text = api.plan(env="graph-coloring@1", gpu="h100", params={"num_vertices": 12}, limits={"wall_time_s": 30},
+                    trl={"top_p": 0.9}, max_steps=10)
+    assert "2. 10 GRPO steps, a checkpoint every 25" in text
+    assert "time and cost on H100 SXM 80 GB: 10 steps x 0.45 s" in text
+    with pytest.raises(NodusError) as error:
+        api.plan(env="graph-coloring@1", trl={"top_pp": 0.9})
+    assert str(error.value).startswith("spec.parameters.trl.top_pp is not a GRPOConfig field; did you mean 'top_p'?")
+    with pytest.raises(NodusError) as error:
+        api.train(env="graph-coloring@1", gpu_rate="abc", output=tmp_path / "run")
+    assert str(error.value) == "gpu_rate (USD per hour) must be a number, got 'abc'"
+    assert not (tmp_path / "run").exists()
+
+
+def test_too_few_prompts_for_both_splits_says_so() -> None:
+    with pytest.raises(NodusError) as error:
+        api.train_on_function([f"Task {i}: write a" for i in range(4)], share_of_a, name="letters")
+    assert str(error.value) == (
+        "train_on_function: none of the 4 distinct prompts falls in the held-out split (a hash of each prompt "
+        "decides, about one in eight is held out); pass more prompts, e.g. 40 or more"
+    )
 
 
 def test_a_function_environment_cannot_go_to_the_sandbox() -> None:
