@@ -691,9 +691,19 @@ def summary_line(baseline: Evaluation, final: Evaluation | None, results: dict[s
         return f"done ({results['status']}): baseline {baseline.mean_score:.3f}, no final evaluation"
     diff = results["difference"]
     p_value = "n/a" if diff["signTestP"] is None else f"{diff['signTestP']:.3g}"
+    warmup = results.get("sftWarmup")
+    grpo_part = ""
+    if warmup and warmup.get("grpoDifference"):
+        # With a warm-up, the baseline -> final difference is mostly SFT's: say what GRPO itself added.
+        grpo = warmup["grpoDifference"]
+        grpo_p = "n/a" if grpo["signTestP"] is None else f"{grpo['signTestP']:.3g}"
+        grpo_part = (
+            f"; after the SFT warm-up {warmup['afterSft']['meanScore']:.3f}, so GRPO's own difference "
+            f"{grpo['meanDifference']:+.3f} (sign test p={grpo_p})"
+        )
     return (
         f"done ({results['status']}): held-out mean score {baseline.mean_score:.3f} -> {final.mean_score:.3f} "
-        f"(pass rate {baseline.pass_rate:.3f} -> {final.pass_rate:.3f}; sign test p={p_value}); "
+        f"(pass rate {baseline.pass_rate:.3f} -> {final.pass_rate:.3f}; sign test p={p_value}){grpo_part}; "
         f"{results['diagnostics']['rewardSignal']}"
     )
 

@@ -223,6 +223,8 @@ def test_sft_warmup_runs_before_grpo_and_a_resume_does_not_repeat_it(tiny_model:
     assert warmup["afterSft"]["meanScore"] > results["baseline"]["meanScore"] + 0.5
     assert set(warmup["afterSft"]["perTask"]) == set(results["heldOutTaskIds"])
     assert warmup["grpoDifference"]["pairs"] == 8  # what GRPO added on top of the warm-up
+    after = warmup["afterSft"]["meanScore"]
+    assert f"; after the SFT warm-up {after:.3f}, so GRPO's own difference " in result.stderr
     assert results["job"]["spec"]["parameters"]["sftWarmupSteps"] == 12
 
     # As if killed right after GRPO's first checkpoint: the re-run resumes from it without warming up again.
