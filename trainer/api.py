@@ -22,7 +22,7 @@ from typing import Any
 
 from nodus.core.function_env import RewardFunction, function_environment
 from nodus.trainer.cli_train import TrainingExtrasMissing
-from nodus.trainer.pricing import non_negative
+from nodus.trainer.pricing import parse_usd_per_hour
 from nodus.trainer.run import RunOptions
 from nodus.trainer.run import train as run_training
 from nodus.trainer.spec import FIELD_FLAGS, InvalidJobSpec, TrainingJob, load_job
@@ -119,9 +119,9 @@ def _job(
     if unknown:
         hints = [f"did you mean {close[0]!r}?" for key in unknown if (close := _close(key))]
         if "dry_run" in unknown:
-            hints.append("for the dry run call api.plan(...) with the same arguments")
+            hints.append("for the dry run call api.plan(...), which takes no output, quiet or tensorboard")
         raise TypeError(
-            f"unknown training field(s) {', '.join(unknown)}; {' '.join(hints) + ' ' if hints else ''}"
+            f"unknown training field(s) {', '.join(unknown)}{' (' + ' '.join(hints) + ')' if hints else ''}; "
             f"known: {', '.join(sorted(FIELD_FLAGS))}"
         )
     overrides: dict[str, Any] = {FIELD_FLAGS[key][0]: value for key, value in fields.items() if value is not None}
@@ -137,7 +137,7 @@ def _close(key: str) -> list[str]:
 
 
 def _rate(gpu_rate: str | Decimal | None) -> Decimal | None:
-    return None if gpu_rate is None else non_negative("gpu_rate (USD per hour)", gpu_rate)
+    return None if gpu_rate is None else parse_usd_per_hour(str(gpu_rate), "gpu_rate")
 
 
 def _report_to(tensorboard: bool) -> list[str]:

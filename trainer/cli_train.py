@@ -6,7 +6,7 @@ Importing this module must stay cheap (no torch): ``grpo envs`` and friends impo
 from __future__ import annotations
 
 import importlib.util
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -108,14 +108,11 @@ def train(
 
 
 def parse_rate(text: str | None) -> Decimal | None:
+    from nodus.trainer.pricing import InvalidCostInput, parse_usd_per_hour
+
     if text is None:
         return None
     try:
-        rate = Decimal(text)
-    except InvalidOperation:
-        raise click.BadParameter(
-            f"{text!r} is not a number of USD per hour, e.g. 2.60", param_hint="--gpu-rate"
-        ) from None
-    if not rate.is_finite() or rate < 0:
-        raise click.BadParameter(f"{text} must be 0 or more USD per hour", param_hint="--gpu-rate")
-    return rate
+        return parse_usd_per_hour(text)
+    except InvalidCostInput as error:
+        raise click.BadParameter(str(error).removeprefix("--gpu-rate "), param_hint="--gpu-rate") from None

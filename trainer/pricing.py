@@ -89,6 +89,17 @@ def non_negative(label: str, value: Decimal | int | float | str) -> Decimal:
     return number
 
 
+def parse_usd_per_hour(text: str, name: str = "--gpu-rate") -> Decimal:
+    """A rate the user typed (--gpu-rate, or the API's gpu_rate)."""
+    try:
+        rate = Decimal(text)
+    except InvalidOperation:
+        raise InvalidCostInput(f"{name} {text!r} is not a number of USD per hour, e.g. 2.60") from None
+    if not rate.is_finite() or rate < 0:
+        raise InvalidCostInput(f"{name} {text} must be 0 or more USD per hour")
+    return rate
+
+
 def project_cost(
     steps: int,
     seconds_per_step: Decimal | int | float | str,

@@ -32,7 +32,14 @@ from nodus.trainer.ranks import Ranks
 from nodus.trainer.results import paired_comparison, plot_rewards, reward_signal, versions
 from nodus.trainer.rewards import SandboxReward, merge_reward_states, prompt_dataset
 from nodus.trainer.rundir import COMPLETE_MARKER, RunDir, read_json, write_json_atomic
-from nodus.trainer.spec import InvalidJobSpec, Parameters, TrainingJob, check_combinations, check_trl_fields
+from nodus.trainer.spec import (
+    InvalidJobSpec,
+    Parameters,
+    TrainingJob,
+    check_combinations,
+    check_fsdp_share,
+    check_trl_fields,
+)
 
 
 @dataclass
@@ -103,12 +110,13 @@ def train(job: TrainingJob, options: RunOptions, environment: Environment | None
         reference_answer(env, train_tasks[0])  # an environment without references fails now, not after the baseline
     source = resolve_model(spec.model.uri)  # parses only: a malformed uri fails before anything is written
     grader = Grader(env, sandbox=spec.sandbox, limits=spec.sandbox_limits)  # checks the limits; starts nothing
-    if spec.distributed.strategy == "FSDP" and not in_child():
-        return launch(job, options, fsdp_processes(job))
     from trl import GRPOConfig
 
     # TRL's own checks of the settings (e.g. of --trl fields), before any work rather than after the baseline.
-    grpo_config(GRPOConfig, job, RunDir(options.output), options, ranks.world)
+    processes = fsdp_processes(job) if spec.distributed.strategy == "FSDP" else 1
+    grpo_config(GRPOConfig, job, RunDir(options.output), options, processes)
+    if spec.distributed.strategy == "FSDP" and not in_child():
+        return launch(job, options, processes)
     run = RunDir(options.output)
     # What touches the run directory happens on rank 0; the others follow once it is done.
     resuming = ranks.broadcast(run.claim(job.canonical()) if ranks.main else None)
@@ -119,12 +127,14 @@ def train(job: TrainingJob, options: RunOptions, environment: Environment | None
         f"model {spec.model.uri}, {spec.parameters.method} r={spec.parameters.lora.r}"
         + (f", FSDP over {ranks.world} processes" if ranks.world > 1 else "")
     )
-    if run.results.exists():
-        finished = finished_note(read_json(run.results), spec.max_cost_usd)
+    previous: dict[str, Any] | None = read_json(run.results) if run.results.exists() else None
+    if previous is not None:
+        finished = finished_note(previous, spec.max_cost_usd)
         if finished:
             say(f"{finished}; results in {run.results}")
-            results: dict[str, Any] = read_json(run.results)
-            return results
+            return previous
+    if ranks.main:
+        run.save_spec(job.canonical())  # continuing: now the changed resumable fields (maxCostUSD) apply
     try:
         return train_claimed(
             job, options, run, env, distribution, train_tasks, heldout, source, grader, cost, rate,
@@ -132,7 +142,10 @@ def train(job: TrainingJob, options: RunOptions, environment: Environment | None
         )
     except BaseException as error:  # recorded, then raised as it was (a bug keeps its traceback)
         if ranks.main and not isinstance(error, SystemExit):
-            say(record_failure(run, job, distribution, error))
+            try:
+                say(record_failure(run, job, distribution, error, previous))
+            except Exception as recording:  # e.g. a full disk: the original error is the one to see
+                say(f"warning: could not record the failure in {run.results}: {recording}")
         raise
 
 
@@ -144,20 +157,30 @@ def finished_note(previous: dict[str, Any], cap: Decimal | None) -> str | None:
     if status == "stopped_by_cost_cap":
         spent = (previous.get("cost") or {}).get("actualUSD")
         old_cap = (previous.get("cost") or {}).get("maxCostUSD")
-        if cap is None or old_cap is None or cap > Decimal(old_cap):
+        if cap is None or old_cap is None or (cap > Decimal(old_cap) and (spent is None or cap > Decimal(spent))):
             return None  # the cap was raised (or removed): continue from the checkpoint kept at the stop
         return (
             f"this run is already finished: it stopped at its cost cap (maxCostUSD {old_cap}, spent ${spent}); "
-            "to continue it, repeat the command with a higher --max-cost-usd"
+            "to continue it, repeat the command with a --max-cost-usd above what it has spent"
         )
     return None  # failed or interrupted: resume
 
 
-def record_failure(run: RunDir, job: TrainingJob, distribution: str, error: BaseException) -> str:
+FINISHED = ("completed", "stopped_by_cost_cap")
+
+
+def record_failure(
+    run: RunDir, job: TrainingJob, distribution: str, error: BaseException, previous: dict[str, Any] | None
+) -> str:
     """results.json for a run that raised: status failed (or interrupted, for Ctrl-C), the error, where to resume.
 
-    A kill -9 leaves no record (nothing can run); the checkpoints are the same either way."""
+    `previous` is the results.json this attempt found: a cost-capped run's record is kept inside the new one. A
+    kill -9 leaves no record (nothing can run); the checkpoints are the same either way. Under FSDP only rank 0
+    records (a Ctrl-C stops the processes through the launcher, which records nothing)."""
     interrupted = isinstance(error, KeyboardInterrupt)
+    now = read_json(run.results) if run.results.exists() else None
+    if now is not None and now != previous and now.get("status") in FINISHED:
+        return f"stopped after {run.results} was written (status {now['status']}): it stands"
     checkpoints = sorted(
         (int(folder.name.rpartition("-")[2]), folder.name)
         for folder in run.checkpoints.glob("checkpoint-*")
@@ -179,6 +202,10 @@ def record_failure(run: RunDir, job: TrainingJob, distribution: str, error: Base
             "baseline": summary,
             "training": {"steps": metrics[-1]["step"] if metrics else 0, "lastCheckpoint": last},
             "resume": f"repeat the command with --output {run.path}: it continues {resume}",
+            # What an earlier attempt finished with (a cost-capped run continued with a higher cap): not lost.
+            "previous": previous if previous and previous.get("status") in FINISHED else (previous or {}).get(
+                "previous"
+            ),
         },
     )
     what = "interrupted" if interrupted else "failed"
@@ -329,17 +356,7 @@ def fsdp_processes(job: TrainingJob) -> int:
             "setup) set distributed.processes, e.g. 2"
         )
     processes = wanted or gpus
-    batch = job.spec.parameters.batch_size
-    if batch % processes:
-        raise InvalidJobSpec(
-            f"batchSize={batch} must be a multiple of the {processes} FSDP processes, because each process trains "
-            f"on an equal share of a step's completions; change batchSize or distributed.processes"
-        )
-    if processes < 2:
-        raise InvalidJobSpec(
-            f"distributed.strategy FSDP needs at least 2 processes ({processes} {'GPU' if gpus else 'process'} "
-            "here): remove spec.distributed to train on one device"
-        )
+    check_fsdp_share(job.spec.parameters.batch_size, processes, "GPU" if gpus else "process")
     if gpus and processes > gpus:
         raise InvalidJobSpec(
             f"distributed.processes is {processes} but only {gpus} GPUs are visible: one process per GPU; "
@@ -697,9 +714,10 @@ def summary_line(baseline: Evaluation, final: Evaluation | None, results: dict[s
         # With a warm-up, the baseline -> final difference is mostly SFT's: say what GRPO itself added.
         grpo = warmup["grpoDifference"]
         grpo_p = "n/a" if grpo["signTestP"] is None else f"{grpo['signTestP']:.3g}"
+        difference = "n/a" if grpo["meanDifference"] is None else f"{grpo['meanDifference']:+.3f}"
         grpo_part = (
             f"; after the SFT warm-up {warmup['afterSft']['meanScore']:.3f}, so GRPO's own difference "
-            f"{grpo['meanDifference']:+.3f} (sign test p={grpo_p})"
+            f"{difference} (sign test p={grpo_p})"
         )
     return (
         f"done ({results['status']}): held-out mean score {baseline.mean_score:.3f} -> {final.mean_score:.3f} "

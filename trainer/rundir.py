@@ -76,15 +76,18 @@ class RunDir:
                     f"{self.path} holds a run of a different spec ({difference}); to start fresh, pass a new "
                     f"--output directory or remove {self.path}; to continue that run, repeat its spec"
                 )
-            if saved != canonical_job:  # only resumable fields changed: record the new values
-                write_json_atomic(self.job, canonical_job)
-            return True
+            return True  # only resumable fields may differ: save_spec records them once the run goes on
         if self.path.exists() and any(self.path.iterdir()):
             raise RunDirectoryConflict(
                 f"{self.path} exists and is not a nodus run (no job.json); pass an empty or new --output directory"
             )
         write_json_atomic(self.job, canonical_job)
         return False
+
+    def save_spec(self, canonical_job: dict[str, Any]) -> None:
+        """Record the spec this attempt runs with (a changed resumable field, such as a raised cost cap)."""
+        if read_json(self.job) != canonical_job:
+            write_json_atomic(self.job, canonical_job)
 
     def latest_checkpoint(self) -> Path | None:
         """The newest complete checkpoint; incomplete ones (a kill during a save) are removed."""

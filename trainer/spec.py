@@ -329,11 +329,45 @@ def _lcm(a: int, b: int) -> int:
     return math.lcm(a, b)
 
 
+# GRPOConfig fields that the spec sets: through spec.parameters.trl they would skip the spec's checks (or break
+# the run directory's checkpoints), so they are set where the spec has them.
+TRL_FIELDS_OWNED = {
+    "per_device_train_batch_size": "spec.parameters.batchSize",
+    "num_generations": "spec.parameters.numGenerations",
+    "max_completion_length": "spec.parameters.maxCompletionLength",
+    "beta": "spec.parameters.beta",
+    "learning_rate": "spec.parameters.learningRate",
+    "temperature": "spec.parameters.temperature",
+    "num_train_epochs": "spec.parameters.epochs",
+    "max_steps": "spec.parameters.maxSteps",
+    "loss_type": "spec.parameters.lossType",
+    "save_steps": "spec.parameters.saveSteps",
+    "generation_batch_size": "spec.parameters.generationBatchSize",
+    "seed": "spec.environment.seed",
+    "report_to": "grpo train --tensorboard",
+    "output_dir": "grpo train --output",
+    "save_strategy": "nodus (checkpoints every saveSteps are how a run resumes)",
+    "save_total_limit": "nodus (checkpoints every saveSteps are how a run resumes)",
+}
+
+
 def check_trl_fields(parameters: Parameters, config_cls: Any = None) -> None:
     """spec.parameters.trl passes fields to TRL's GRPOConfig: a misspelt one is an error, not silently ignored."""
+    if not parameters.trl:
+        return  # nothing to check, and no reason to import TRL (the dry run works without the training extras)
+    for key in parameters.trl:
+        if key in TRL_FIELDS_OWNED:
+            owner = TRL_FIELDS_OWNED[key]
+            where = f"{owner} ({FLAGS[owner]})" if owner in FLAGS else owner
+            raise InvalidJobSpec(f"spec.parameters.trl.{key} is set by {where}; set it there, not through trl")
     if config_cls is None:
-        from trl import GRPOConfig
-
+        try:
+            from trl import GRPOConfig
+        except ImportError as error:
+            raise InvalidJobSpec(
+                f"spec.parameters.trl needs TRL to check its fields ({error.name} is missing): "
+                "pip install 'nodus[train]'"
+            ) from None
         config_cls = GRPOConfig
     known = {f.name for f in dataclasses.fields(config_cls)}
     for key in parameters.trl:
@@ -349,6 +383,8 @@ def check_combinations(job: TrainingJob, function_environment: bool = False) -> 
     parameters = job.spec.parameters
     check_trl_fields(parameters)
     if job.spec.distributed.strategy == "FSDP":
+        if job.spec.distributed.processes is not None:
+            check_fsdp_share(parameters.batch_size, job.spec.distributed.processes, "process")
         unsupported = {
             parameters.method == "QLoRA": "method QLoRA (4-bit weights need FSDP's quantized storage settings)",
             parameters.sft_warmup_steps > 0: "sftWarmupSteps",
@@ -364,4 +400,18 @@ def check_combinations(job: TrainingJob, function_environment: bool = False) -> 
         raise InvalidJobSpec(
             "sftWarmupSteps with beta > 0 is not supported in this version: the KL reference would be the warmed-up "
             "model in one attempt and the base model after a resume; use beta 0 (the default) with a warm-up"
+        )
+
+
+def check_fsdp_share(batch: int, processes: int, unit: str) -> None:
+    """Each FSDP process trains on an equal share of a step's completions, and one process is not FSDP."""
+    if batch % processes:
+        raise InvalidJobSpec(
+            f"batchSize={batch} must be a multiple of the {processes} FSDP processes, because each process trains "
+            f"on an equal share of a step's completions; change batchSize or distributed.processes"
+        )
+    if processes < 2:
+        raise InvalidJobSpec(
+            f"distributed.strategy FSDP needs at least 2 processes ({processes} {unit} here): remove "
+            "spec.distributed to train on one device"
         )

@@ -1,5 +1,7 @@
 """The Python API: a reward function plus prompts, trained in one call."""
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,9 +62,9 @@ def test_unknown_keyword_names_the_known_fields() -> None:
     with pytest.raises(TypeError) as error:
         api.train(env="graph-coloring@1", num_generation=4)
     assert str(error.value).startswith(
-        "unknown training field(s) num_generation; did you mean 'num_generations'? known: batch_size, beta"
+        "unknown training field(s) num_generation (did you mean 'num_generations'?); known: batch_size, beta"
     )
-    with pytest.raises(TypeError, match=r"for the dry run call api.plan\(...\) with the same arguments"):
+    with pytest.raises(TypeError, match=r"for the dry run call api.plan\(...\), which takes no output, quiet or"):
         api.train(env="graph-coloring@1", dry_run=True)
 
 
@@ -77,7 +79,7 @@ def test_the_api_mirrors_the_cli(tmp_path: Path) -> None:
     assert str(error.value).startswith("spec.parameters.trl.top_pp is not a GRPOConfig field; did you mean 'top_p'?")
     with pytest.raises(NodusError) as error:
         api.train(env="graph-coloring@1", gpu_rate="abc", output=tmp_path / "run")
-    assert str(error.value) == "gpu_rate (USD per hour) must be a number, got 'abc'"
+    assert str(error.value) == "gpu_rate 'abc' is not a number of USD per hour, e.g. 2.60"
     assert not (tmp_path / "run").exists()
 
 
@@ -100,3 +102,18 @@ def test_a_function_environment_cannot_go_to_the_sandbox() -> None:
         "local/echo@1 is not an installed plugin, so a sandbox worker cannot load it; install its distribution, "
         "or grade it in this process with sandbox 'none' (trusted code only)"
     )
+
+
+def test_the_dry_run_needs_no_training_extras(tiny_model: Path) -> None:
+    # Planning a GPU job happens on a laptop without torch, transformers or TRL installed.
+    code = (
+        "import sys\n"
+        "for name in ('trl', 'torch', 'transformers', 'peft'): sys.modules[name] = None  # importing them fails\n"
+        "from nodus.trainer import plan, spec\n"
+        "job = spec.load_job(None, {'spec.environment.name': 'graph-coloring@1', 'spec.model.uri': sys.argv[1]})\n"
+        "print(plan.dry_run(job, 'h100', None))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code, str(tiny_model)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "time and cost on H100 SXM 80 GB: 100 steps x 0.45 s" in result.stdout
+

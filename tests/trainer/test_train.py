@@ -177,7 +177,10 @@ def test_cost_cap_stops_training_and_records_the_status(tiny_model: Path, tmp_pa
     same = grpo(*args)  # the same cap: nothing to do, and the message says how to go on
     assert same.returncode == 0
     assert "it stopped at its cost cap (maxCostUSD 2.00, spent $" in same.stderr
-    assert "to continue it, repeat the command with a higher --max-cost-usd" in same.stderr
+    assert "to continue it, repeat the command with a --max-cost-usd above what it has spent" in same.stderr
+    lower = grpo(*args[:-4], "--max-cost-usd", "1.00", "--output", out)
+    assert lower.returncode == 0 and "it stopped at its cost cap" in lower.stderr
+    assert json.loads((out / "job.json").read_text())["spec"]["maxCostUSD"] == "2.00", "a cap that never applied"
 
     raised = grpo(*args[:-4], "--max-cost-usd", "4.00", "--output", out)  # a higher cap continues the run
     assert raised.returncode == 0, raised.stderr
@@ -315,6 +318,11 @@ def test_identical_rewards_are_diagnosed(tiny_model: Path, tmp_path: Path) -> No
             "grpo: error: TRL rejected the training parameters: 'generation_batch_size' and 'steps_per_generation' "
             "can not be both configured at the same time",
         ),
+        (
+            ["--trl", "loss_type=grpo"],
+            "grpo: error: spec.parameters.trl.loss_type is set by spec.parameters.lossType (--loss-type); set it "
+            "there, not through trl",
+        ),
         (["--model", "hf://Qwen/Qwen3-0.6B"], None),
     ],
 )
@@ -347,6 +355,8 @@ def test_dry_run_prints_plan_memory_and_cost() -> None:
         ["--trl", "top_pp=0.9"],
         ["--sft-warmup-steps", "4", "--beta", "0.04"],
         ["--method", "QLoRA", "--distributed-strategy", "FSDP", "--distributed-processes", "2"],
+        ["--distributed-strategy", "FSDP", "--distributed-processes", "3"],
+        ["--trl", "loss_type=grpo"],
     ],
 )
 def test_the_dry_run_refuses_what_the_run_would_refuse(args: list[str]) -> None:
