@@ -1,4 +1,5 @@
 import json
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,30 @@ def test_rates_are_per_gpu_and_a_run_over_several_gpus_pays_for_each() -> None:
     assert hourly_rate(RunOptions(output=Path("x"), gpu="h100"), gpus=4) == (Decimal("10.400"), 0.45)
     assert hourly_rate(RunOptions(output=Path("x"), gpu_rate=Decimal("2.5")), gpus=2)[0] == Decimal("5.0")
     assert hourly_rate(RunOptions(output=Path("x"))) == (None, None)
+
+
+def test_a_failure_record_keeps_what_an_earlier_attempt_finished_with(tmp_path: Path) -> None:
+    from nodus.trainer.run import finished_note, record_failure
+    from nodus.trainer.rundir import write_json_atomic
+
+    job = load_job(None, {"spec.environment.name": "graph-coloring@1", "spec.maxCostUSD": "4.00"})
+    run = RunDir(tmp_path / "run")
+    run.claim(job.canonical())
+    capped = {"status": "stopped_by_cost_cap", "cost": {"actualUSD": "1.98", "maxCostUSD": "2.00"}}
+    assert finished_note(capped, None) is None  # the cap removed: continue
+    assert finished_note(capped, job.spec.max_cost_usd) is None  # raised above the spend: continue
+    assert "above what it has spent" in str(finished_note(capped, Decimal("1.99")))
+    write_json_atomic(run.results, capped)
+
+    # The continuation fails: its record replaces results.json, and the cost-capped one is inside it.
+    message = record_failure(run, job, "nodus-env-graph-coloring", RuntimeError("boom\nmore"), capped)
+    record = json.loads(run.results.read_text())
+    assert record["status"] == "failed" and record["error"] == "RuntimeError: boom"
+    assert record["previous"] == capped
+    assert message.startswith(f"run failed; recorded in {run.results}; repeat the command with --output")
+
+    # This attempt already wrote its finished results (then, say, the plot failed): they stand.
+    done = {"status": "completed"}
+    write_json_atomic(run.results, done)
+    assert "it stands" in record_failure(run, job, "nodus-env-graph-coloring", KeyboardInterrupt(), capped)
+    assert json.loads(run.results.read_text()) == done
