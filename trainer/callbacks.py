@@ -13,6 +13,9 @@ from nodus.trainer.rewards import SandboxReward
 from nodus.trainer.rundir import RunDir
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+# Seconds kept in hand when deciding whether one more step fits under maxCostUSD (see RunCallback._check_cap).
+WRAP_UP_MARGIN_SECONDS = 3.0
+
 # Metrics TRL logs each step that we keep (TRL's names, as in its docs).
 KEPT_METRICS = ("reward", "reward_std", "frac_reward_zero_std", "loss", "num_tokens", "kl", "learning_rate")
 
@@ -71,8 +74,10 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]  # transformers is unt
         self._step_seconds: list[float] = []
         # Before the first step is measured, the cap is checked against a reference step time (the price table's).
         self._reference_step_seconds = reference_step_seconds
-        # Stopping still costs a checkpoint and the adapter; measured at each save, guessed until the first.
+        # Stopping still costs a checkpoint and the adapter; measured at each save (the slowest so far), guessed
+        # until the first.
         self._save_seconds = 2.0
+        self._save_measured = False
         self._step_ended = time.monotonic()
 
     @property
@@ -96,7 +101,9 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]  # transformers is unt
 
     def _check_cap(self, control: TrainerControl, state: TrainerState) -> None:
         step = self.step_seconds
-        wrap_up = 2 * self._save_seconds  # the checkpoint, then the adapter
+        # The checkpoint, then the adapter, then what ends a run (freeing the trainer, the results): a periodic save
+        # alone under-predicts that, and a run once passed its cap by a second on a busy machine.
+        wrap_up = 2 * self._save_seconds + WRAP_UP_MARGIN_SECONDS
         over = step is not None and self.cost.would_exceed(step + wrap_up) and state.global_step < state.max_steps
         # One decision for all processes (each measures its own step time; a split decision would hang them).
         if self.ranks.broadcast(over):
@@ -148,7 +155,9 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]  # transformers is unt
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
         # Called after TRL wrote every file of the checkpoint: only now does it count as complete.
-        self._save_seconds = time.monotonic() - self._step_ended
+        seconds = time.monotonic() - self._step_ended
+        self._save_seconds = max(seconds, self._save_seconds) if self._save_measured else seconds
+        self._save_measured = True
         rewards = self.reward_state()  # every process's tally (a collective under FSDP: all take part)
         checkpoint = Path(str(args.output_dir)) / f"checkpoint-{state.global_step}"
         if self.ranks.main and checkpoint.is_dir():
