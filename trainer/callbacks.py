@@ -15,6 +15,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 # Seconds kept in hand when deciding whether one more step fits under maxCostUSD (see RunCallback._check_cap).
 WRAP_UP_MARGIN_SECONDS = 3.0
+GUESSED_SAVE_SECONDS = 2.0  # until the first save is measured
 
 # Metrics TRL logs each step that we keep (TRL's names, as in its docs).
 KEPT_METRICS = ("reward", "reward_std", "frac_reward_zero_std", "loss", "num_tokens", "kl", "learning_rate")
@@ -74,10 +75,8 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]  # transformers is unt
         self._step_seconds: list[float] = []
         # Before the first step is measured, the cap is checked against a reference step time (the price table's).
         self._reference_step_seconds = reference_step_seconds
-        # Stopping still costs a checkpoint and the adapter; measured at each save (the slowest so far), guessed
-        # until the first.
-        self._save_seconds = 2.0
-        self._save_measured = False
+        # Stopping still costs a checkpoint and the adapter: the slowest save measured so far (None before one).
+        self._slowest_save: float | None = None
         self._step_ended = time.monotonic()
 
     @property
@@ -103,7 +102,8 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]  # transformers is unt
         step = self.step_seconds
         # The checkpoint, then the adapter, then what ends a run (freeing the trainer, the results): a periodic save
         # alone under-predicts that, and a run once passed its cap by a second on a busy machine.
-        wrap_up = 2 * self._save_seconds + WRAP_UP_MARGIN_SECONDS
+        save = self._slowest_save if self._slowest_save is not None else GUESSED_SAVE_SECONDS
+        wrap_up = 2 * save + WRAP_UP_MARGIN_SECONDS
         over = step is not None and self.cost.would_exceed(step + wrap_up) and state.global_step < state.max_steps
         # One decision for all processes (each measures its own step time; a split decision would hang them).
         if self.ranks.broadcast(over):
@@ -156,8 +156,7 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]  # transformers is unt
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
         # Called after TRL wrote every file of the checkpoint: only now does it count as complete.
         seconds = time.monotonic() - self._step_ended
-        self._save_seconds = max(seconds, self._save_seconds) if self._save_measured else seconds
-        self._save_measured = True
+        self._slowest_save = max(seconds, self._slowest_save or 0.0)
         rewards = self.reward_state()  # every process's tally (a collective under FSDP: all take part)
         checkpoint = Path(str(args.output_dir)) / f"checkpoint-{state.global_step}"
         if self.ranks.main and checkpoint.is_dir():

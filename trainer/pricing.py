@@ -79,7 +79,7 @@ class CostProjection:
     usd: Decimal  # rounded up to the cent: a projection checked against a budget must not round in its own favour
 
 
-def non_negative(label: str, value: Decimal | int | float | str) -> Decimal:
+def _non_negative(label: str, value: Decimal | int | float | str) -> Decimal:
     try:
         number = Decimal(str(value))  # str() first, so 0.45 is 0.45 and not its binary approximation
     except InvalidOperation:
@@ -109,8 +109,8 @@ def project_cost(
     """Wall time ``steps × seconds_per_step + eval_seconds`` and its price at ``usd_per_hour``."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise InvalidCostInput(f"steps must be a whole number of 0 or more, got {steps!r}")
-    seconds = steps * non_negative("seconds per step", seconds_per_step) + non_negative("eval seconds", eval_seconds)
-    usd = (seconds * non_negative("USD per hour", usd_per_hour) / SECONDS_PER_HOUR).quantize(CENT, ROUND_CEILING)
+    seconds = steps * _non_negative("seconds per step", seconds_per_step) + _non_negative("eval seconds", eval_seconds)
+    usd = (seconds * _non_negative("USD per hour", usd_per_hour) / SECONDS_PER_HOUR).quantize(CENT, ROUND_CEILING)
     return CostProjection(seconds=seconds, usd=usd)
 
 

@@ -31,7 +31,7 @@ from nodus.trainer.progress import Console
 from nodus.trainer.ranks import Ranks
 from nodus.trainer.results import paired_comparison, plot_rewards, reward_signal, versions
 from nodus.trainer.rewards import SandboxReward, merge_reward_states, prompt_dataset
-from nodus.trainer.rundir import COMPLETE_MARKER, RunDir, read_json, write_json_atomic
+from nodus.trainer.rundir import RunDir, read_json, write_json_atomic
 from nodus.trainer.spec import (
     InvalidJobSpec,
     Parameters,
@@ -181,15 +181,11 @@ def record_failure(
     now = read_json(run.results) if run.results.exists() else None
     if now is not None and now != previous and now.get("status") in FINISHED:
         return f"stopped after {run.results} was written (status {now['status']}): it stands"
-    checkpoints = sorted(
-        (int(folder.name.rpartition("-")[2]), folder.name)
-        for folder in run.checkpoints.glob("checkpoint-*")
-        if (folder / COMPLETE_MARKER).exists()
-    )
+    checkpoints = run.complete_checkpoints()
     message = (str(error).strip().splitlines() or [""])[0][:500]
     baseline = Evaluation.model_validate(read_json(run.baseline)) if run.baseline.exists() else None
     metrics = run.read_metrics()
-    last = checkpoints[-1][1] if checkpoints else None
+    last = checkpoints[-1].name if checkpoints else None
     resume = f"from {last}" if last else "from the start of training (no checkpoint yet)"
     summary = None if baseline is None else {"meanScore": baseline.mean_score, "passRate": baseline.pass_rate}
     write_json_atomic(
@@ -703,25 +699,28 @@ def estimated_cost(job: TrainingJob, options: RunOptions, gpus: int = 1) -> str 
     return str(project_cost(planned_steps(job), Decimal(str(step_seconds)), rate).usd)
 
 
+def p_value(comparison: dict[str, Any]) -> str:
+    """A paired comparison's sign-test p for a summary line."""
+    return "n/a" if comparison["signTestP"] is None else f"{comparison['signTestP']:.3g}"
+
+
 def summary_line(baseline: Evaluation, final: Evaluation | None, results: dict[str, Any]) -> str:
     if final is None:
         return f"done ({results['status']}): baseline {baseline.mean_score:.3f}, no final evaluation"
-    diff = results["difference"]
-    p_value = "n/a" if diff["signTestP"] is None else f"{diff['signTestP']:.3g}"
     warmup = results.get("sftWarmup")
     grpo_part = ""
     if warmup and warmup.get("grpoDifference"):
         # With a warm-up, the baseline -> final difference is mostly SFT's: say what GRPO itself added.
         grpo = warmup["grpoDifference"]
-        grpo_p = "n/a" if grpo["signTestP"] is None else f"{grpo['signTestP']:.3g}"
         difference = "n/a" if grpo["meanDifference"] is None else f"{grpo['meanDifference']:+.3f}"
         grpo_part = (
             f"; after the SFT warm-up {warmup['afterSft']['meanScore']:.3f}, so GRPO's own difference "
-            f"{difference} (sign test p={grpo_p})"
+            f"{difference} (sign test p={p_value(grpo)})"
         )
     return (
         f"done ({results['status']}): held-out mean score {baseline.mean_score:.3f} -> {final.mean_score:.3f} "
-        f"(pass rate {baseline.pass_rate:.3f} -> {final.pass_rate:.3f}; sign test p={p_value}){grpo_part}; "
+        f"(pass rate {baseline.pass_rate:.3f} -> {final.pass_rate:.3f}; "
+        f"sign test p={p_value(results['difference'])}){grpo_part}; "
         f"{results['diagnostics']['rewardSignal']}"
     )
 

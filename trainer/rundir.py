@@ -89,17 +89,18 @@ class RunDir:
         if read_json(self.job) != canonical_job:
             write_json_atomic(self.job, canonical_job)
 
+    def complete_checkpoints(self) -> list[Path]:
+        """Checkpoints marked complete, oldest first (reads only)."""
+        folders = [f for f in self.checkpoints.glob("checkpoint-*") if (f / COMPLETE_MARKER).exists()]
+        return sorted(folders, key=lambda folder: int(folder.name.rpartition("-")[2]))
+
     def latest_checkpoint(self) -> Path | None:
         """The newest complete checkpoint; incomplete ones (a kill during a save) are removed."""
-        if not self.checkpoints.is_dir():
-            return None
-        complete: list[tuple[int, Path]] = []
         for folder in self.checkpoints.glob("checkpoint-*"):
-            if (folder / COMPLETE_MARKER).exists():
-                complete.append((int(folder.name.rpartition("-")[2]), folder))
-            else:
+            if not (folder / COMPLETE_MARKER).exists():
                 shutil.rmtree(folder, ignore_errors=True)
-        return max(complete)[1] if complete else None
+        complete = self.complete_checkpoints()
+        return complete[-1] if complete else None
 
     def mark_complete(self, checkpoint: Path, state: dict[str, Any]) -> None:
         write_json_atomic(checkpoint / COMPLETE_MARKER, state)
