@@ -1,14 +1,26 @@
-"""Held-out evaluation: greedy, batched generation, graded in the sandbox. Baseline and final use this same code."""
+"""Held-out evaluation: greedy, batched generation, graded in the sandbox. Baseline and final use this same code.
+
+With the fast path on, greedy decoding runs on the static-cache sampler that serves GRPO's rollouts (one CUDA graph
+per token on a GPU, where `model.generate` spends most of its time launching kernels); its tokens are the model's
+own greedy choice (tests compare them with `model.generate`). Anything the sampler does not cover falls back to
+`model.generate`, with one log line saying why.
+"""
 
 from __future__ import annotations
 
+import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from nodus.core.environment import Environment, Task
 from nodus.core.grading import Grader
 from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from nodus.trainer.fast_generation import FastWeights, StaticCacheSampler
+
+log = logging.getLogger(__name__)
 
 
 class TaskScore(BaseModel):
@@ -34,12 +46,30 @@ class Evaluation(BaseModel):
 
 @torch.no_grad()
 def generate_greedy(
-    model: Any, tokenizer: Any, messages: list[list[dict[str, str]]], max_new_tokens: int, batch_size: int
+    model: Any,
+    tokenizer: Any,
+    messages: list[list[dict[str, str]]],
+    max_new_tokens: int,
+    batch_size: int,
+    fast: bool = False,
+    weights: FastWeights | None = None,
 ) -> list[str]:
-    """Greedy completions for chat prompts, in batches, with left padding so every row ends at its prompt."""
+    """Greedy completions for chat prompts, in batches, with left padding so every row ends at its prompt.
+
+    `fast` decodes with the static-cache sampler when it supports the model; `weights` lends it the fused weights
+    a fast trainer already holds (refreshed here), so that evaluating the trained model costs no second copy.
+    """
+    texts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in messages]
+    sampler = greedy_sampler(model, tokenizer, max_new_tokens, weights) if fast else None
+    if sampler is not None:
+        try:
+            return _sampler_greedy(sampler, tokenizer, texts, batch_size)
+        finally:
+            del sampler
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()  # hand the cache and any fused copy back before training allocates
     tokenizer.padding_side = "left"
     model.eval()
-    texts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in messages]
     completions: list[str] = []
     for start in range(0, len(texts), batch_size):
         batch = tokenizer(
@@ -57,6 +87,44 @@ def generate_greedy(
     return completions
 
 
+def greedy_sampler(
+    model: Any, tokenizer: Any, max_new_tokens: int, weights: FastWeights | None = None
+) -> StaticCacheSampler | None:
+    """The fast sampler set up as `model.generate(do_sample=False)` would decode, or None when it cannot be."""
+    from nodus.trainer.fast_generation import SamplingSettings, StaticCacheSampler, unsupported_reason
+
+    config = model.generation_config
+    reason = unsupported_reason(model, config)
+    if reason is not None:
+        log.info("Held-out evaluation uses model.generate: %s.", reason)
+        return None
+    # The EOS ids generate stops at are the generation config's (a list for chat models such as Qwen3).
+    eos = config.eos_token_id
+    eos_ids = tuple(eos if isinstance(eos, list) else [] if eos is None else [eos])
+    settings = SamplingSettings(max_new_tokens=max_new_tokens, eos_token_ids=eos_ids, do_sample=False, temperature=0)
+    if weights is not None:
+        weights.refresh()  # the fused copy is refreshed before each rollout: after the last step it is stale
+    # Compiled on a GPU, as the trainer's rollouts are; on the CPU compiling costs more than it saves.
+    on_gpu = next(model.parameters()).device.type == "cuda"
+    return StaticCacheSampler(
+        model, settings, pad_token_id=tokenizer.pad_token_id, compile_layers=on_gpu, weights=weights
+    )
+
+
+def _sampler_greedy(sampler: StaticCacheSampler, tokenizer: Any, texts: list[str], batch_size: int) -> list[str]:
+    prompts = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    size = min(batch_size, len(prompts))
+    completions: list[str] = []
+    for start in range(0, len(prompts), size):
+        batch = prompts[start : start + size]
+        # The last batch is filled up with copies of its last prompt: one batch size means one decode graph (and
+        # one compilation) for the whole evaluation. The copies' completions are dropped.
+        rollout = sampler.generate(batch + [batch[-1]] * (size - len(batch)))
+        ids = rollout.completion_ids()[: len(batch)]
+        completions.extend(tokenizer.batch_decode(ids, skip_special_tokens=True))
+    return completions
+
+
 def evaluate(
     model: Any,
     tokenizer: Any,
@@ -65,9 +133,12 @@ def evaluate(
     grader: Grader,
     max_new_tokens: int,
     batch_size: int,
+    fast: bool = False,
+    weights: FastWeights | None = None,
 ) -> Evaluation:
     started = time.monotonic()
-    completions = generate_greedy(model, tokenizer, [env.prompt(t) for t in tasks], max_new_tokens, batch_size)
+    messages = [env.prompt(t) for t in tasks]
+    completions = generate_greedy(model, tokenizer, messages, max_new_tokens, batch_size, fast, weights)
     outcomes = grader.grade(list(zip(tasks, completions, strict=True)))
     rows = [
         TaskScore(id=t.id, status=o.status, score=o.score, passed=o.passed, details=o.details, completion=c)

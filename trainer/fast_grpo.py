@@ -65,6 +65,11 @@ class FastGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             else:
                 log.info("Training forwards use the model's own: %s.", self.training_fallback_reason)
 
+    @property
+    def fast_weights(self) -> FastWeights | None:
+        """The fused frozen weights the sampler and the backbone share (None when the fast path is off)."""
+        return self._weights
+
     def fast_path_reason(self) -> str | None:
         """Why rollouts use TRL's generation instead of the fast sampler; None when the fast sampler is used."""
         if not self.fast_generation:

@@ -228,6 +228,7 @@ def train_claimed(
     """The run in a claimed directory: load, baseline (or reuse it), train (or resume), final evaluation, results."""
     spec, say = job.spec, console.say
     on_gpu = torch.cuda.is_available()
+    fast = fast_path_on(spec.parameters, ranks)
     model, tokenizer = load_model_and_tokenizer(
         source,
         quantization="nf4" if spec.parameters.method == "QLoRA" else None,
@@ -239,7 +240,7 @@ def train_claimed(
         if ranks.main:
             if on_gpu and ranks.world > 1:
                 model.to(f"cuda:{ranks.local_rank}")  # rank 0 grades the baseline on its GPU, then hands back
-            baseline = baseline_evaluation(run, model, tokenizer, env, heldout, grader, spec.parameters, say)
+            baseline = baseline_evaluation(run, model, tokenizer, env, heldout, grader, spec.parameters, fast, say)
             if on_gpu and ranks.world > 1:
                 model.to("cpu")
             latest = run.latest_checkpoint()  # removes half-written checkpoints: once, here
@@ -251,7 +252,9 @@ def train_claimed(
         warmup: dict[str, Any] | None = None
         if spec.parameters.sft_warmup_steps and checkpoint is None:
             # GRPO has not started: warm up (again, if a kill came before GRPO's first checkpoint).
-            model, warmup = run_sft_warmup(job, run, env, train_tasks, heldout, model, tokenizer, grader, console)
+            model, warmup = run_sft_warmup(
+                job, run, env, train_tasks, heldout, model, tokenizer, grader, console, fast
+            )
         elif spec.parameters.sft_warmup_steps and run.sft.exists():
             warmup = read_json(run.sft)  # GRPO's checkpoints hold the warmed-up adapter
         if warmup is not None and checkpoint is not None:
@@ -337,7 +340,12 @@ def final_evaluation(
             torch.cuda.empty_cache()
         trained = load_trained(source, run, spec.parameters)
     p = spec.parameters
-    final = evaluate(trained, tokenizer, env, heldout, grader, p.max_completion_length, p.eval_batch_size)
+    # The fast trainer's fused weights serve the final evaluation too: no second copy of the model.
+    weights = trainer.fast_weights if ranks.world == 1 else None
+    final = evaluate(
+        trained, tokenizer, env, heldout, grader, p.max_completion_length, p.eval_batch_size, fast_path_on(p, ranks),
+        weights,
+    )
     write_json_atomic(run.final, final.model_dump())
     return final
 
@@ -387,6 +395,7 @@ def run_sft_warmup(
     tokenizer: Any,
     grader: Grader,
     console: Console,
+    fast: bool,
 ) -> tuple[Any, dict[str, Any]]:
     """SFT on the train tasks' reference answers, then the held-out evaluation GRPO starts from (saved to sft.json)."""
     say = console.say
@@ -414,7 +423,7 @@ def run_sft_warmup(
     finally:
         console.close()  # a live bar of the warm-up ends here (or on an error); GRPO's starts afresh
     say(f"evaluation after the SFT warm-up on {len(heldout)} held-out tasks")
-    after = evaluate(model, tokenizer, env, heldout, grader, p.max_completion_length, p.eval_batch_size)
+    after = evaluate(model, tokenizer, env, heldout, grader, p.max_completion_length, p.eval_batch_size, fast)
     say(f"after SFT: mean score {after.mean_score:.3f}, pass rate {after.pass_rate:.3f}")
     warmup = {**summary.to_json(), "afterSft": after.model_dump()}
     write_json_atomic(run.sft, warmup)
@@ -450,6 +459,7 @@ def baseline_evaluation(
     heldout: list[Task],
     grader: Grader,
     parameters: Parameters,
+    fast: bool,
     say: Any,
 ) -> Evaluation:
     if run.baseline.exists():
@@ -457,7 +467,7 @@ def baseline_evaluation(
         return Evaluation.model_validate(read_json(run.baseline))
     say(f"baseline evaluation on {len(heldout)} held-out tasks (greedy)")
     baseline = evaluate(
-        model, tokenizer, env, heldout, grader, parameters.max_completion_length, parameters.eval_batch_size
+        model, tokenizer, env, heldout, grader, parameters.max_completion_length, parameters.eval_batch_size, fast
     )
     write_json_atomic(run.baseline, baseline.model_dump())
     say(
@@ -525,10 +535,8 @@ def build_trainer(
     callback = RunCallback(
         run, reward, cost, say, table_step_seconds, console.step, ranks, lambda: merged_reward_state(reward, ranks)
     )
-    mode = job.spec.parameters.fast_path
     on_gpu = torch.cuda.is_available()
-    # The fast path reads whole weight matrices; under FSDP each process holds a shard: TRL's own path then.
-    fast = ranks.world == 1 and (mode == "on" or (mode == "auto" and on_gpu))
+    fast = fast_path_on(job.spec.parameters, ranks)
     trainer = FastGRPOTrainer(
         model=model,
         reward_funcs=reward,
@@ -549,6 +557,14 @@ def build_trainer(
         sampler = "static-cache sampler" if rollouts is None else f"TRL generate ({rollouts})"
         say(f"fast path: rollouts {sampler}, training forward {forward}")
     return trainer, callback, reward
+
+
+def fast_path_on(parameters: Parameters, ranks: Ranks) -> bool:
+    """fastPath on, or auto with a CUDA GPU. The fast path reads whole weight matrices and under FSDP each process
+    holds a shard, so FSDP runs use TRL's own path and `model.generate` (evaluations too: memory is what FSDP is
+    short of, and the fast path's fused weights are a second copy)."""
+    mode = parameters.fast_path
+    return ranks.world == 1 and (mode == "on" or (mode == "auto" and torch.cuda.is_available()))
 
 
 def grpo_config(config_cls: Any, job: TrainingJob, run: RunDir, options: RunOptions, processes: int = 1) -> Any:

@@ -502,3 +502,59 @@ def test_compiled_functions_fall_back_to_eager_when_torch_stops_compiling(caplog
         torch._dynamo.config.recompile_limit = limit
         torch._dynamo.reset()
     assert caplog.text.count("_double: too many shapes to compile") == 1
+
+
+# -- held-out evaluation on the sampler ---------------------------------------------------------------------------
+
+
+def test_held_out_evaluation_on_the_sampler_matches_generate(tiny_model: Path) -> None:
+    """Greedy evaluation decoded by the sampler gives model.generate's completions: chat prompts of five lengths in
+    batches of two (the last one filled up), rows ending at EOS on different steps, and weights lent by a fast
+    trainer that went stale when the adapter moved."""
+    from nodus.trainer.evaluate import generate_greedy, greedy_sampler
+    from nodus.trainer.models import load_model_and_tokenizer, resolve_model
+
+    model, tokenizer = load_model_and_tokenizer(resolve_model(str(tiny_model)))
+    torch.manual_seed(0)
+    with torch.no_grad():  # the saved tiny model answers "\n" forever: sharper weights give the test something to catch
+        for param in model.parameters():
+            if param.dim() == 2:
+                param.normal_(std=0.1)
+    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    lent = FastWeights(model)  # built before the adapter moves, as a trainer's are before its last step
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(std=0.05)
+    messages = [[{"role": "user", "content": "colour the graph " * i}] for i in range(1, 6)]
+    texts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in messages]
+    prompts = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+    # Tilt EOS's output row towards the final hidden state until some rows end early and some run to the limit.
+    causal_lm, eos, limit = model.get_base_model(), tokenizer.eos_token_id, 24
+    with torch.no_grad():
+        hidden = causal_lm.model(input_ids=torch.tensor([prompts[-1]])).last_hidden_state[0].mean(0)
+        row = causal_lm.lm_head.weight[eos].clone()
+        for tilt in torch.linspace(0.05, 1.0, 20).tolist():
+            causal_lm.lm_head.weight[eos] = row + tilt * hidden / hidden.norm()
+            sampler = greedy_sampler(model, tokenizer, limit)
+            assert sampler is not None
+            lengths = sampler.generate(prompts).lengths
+            if max(lengths) == limit and min(lengths) < limit:
+                break
+    assert max(lengths) == limit and min(lengths) < limit, f"no tilt made some rows (not all) end early: {lengths}"
+
+    expected = generate_greedy(model, tokenizer, messages, limit, batch_size=2)
+    assert len(set(expected)) > 2, "degenerate completions would make the comparison vacuous"
+    assert generate_greedy(model, tokenizer, messages, limit, batch_size=2, fast=True) == expected
+    assert generate_greedy(model, tokenizer, messages, limit, batch_size=2, fast=True, weights=lent) == expected
+
+
+def test_held_out_evaluation_falls_back_to_generate_and_says_why(caplog: Any) -> None:
+    from nodus.trainer.evaluate import greedy_sampler
+
+    model = tiny_model("qwen3")
+    model.generation_config.repetition_penalty = 1.2  # generate would apply it even when greedy
+    with caplog.at_level("INFO", logger="nodus.trainer.evaluate"):
+        assert greedy_sampler(model, word_tokenizer(VOCAB), 8) is None
+    assert "Held-out evaluation uses model.generate: repetition_penalty != 1." in caplog.text

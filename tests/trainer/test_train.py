@@ -245,6 +245,32 @@ def test_sft_warmup_runs_before_grpo_and_a_resume_does_not_repeat_it(tiny_model:
     assert resumed["training"]["steps"] == 2
 
 
+def test_fast_path_on_the_cpu_evaluates_exactly_as_model_generate(tiny_model: Path, tmp_path: Path) -> None:
+    # --fast-path on decodes every evaluation (baseline, after SFT, final, the last with the trainer's own fused
+    # weights) with the static-cache sampler. Two runs that differ only in the fast path: the warm-up is the same
+    # SFT, and GRPO's rate is too small to change a greedy answer, so every completion must match generate's. Two
+    # warm-up steps leave the model halfway (some tasks answered "aaaaaaaa", some not): a sharp comparison.
+    def run(fast_path: str) -> tuple[subprocess.CompletedProcess[str], dict[str, list[str]]]:
+        out = tmp_path / fast_path
+        result = grpo("train", "--model", tiny_model, *TOY, "--max-steps", "1", "--learning-rate", "1e-9",
+                      "--sft-warmup-steps", "2", "--sft-learning-rate", "1e-2", "--fast-path", fast_path,
+                      "--output", out)
+        assert result.returncode == 0, result.stderr
+        evaluations = {
+            "baseline": json.loads((out / "baseline.json").read_text()),
+            "afterSft": json.loads((out / "sft.json").read_text())["afterSft"],
+            "final": json.loads((out / "final.json").read_text()),
+        }
+        return result, {name: [t["completion"] for t in e["tasks"]] for name, e in evaluations.items()}
+
+    fast, fast_completions = run("on")
+    assert "fast path: rollouts static-cache sampler, training forward written-out" in fast.stderr
+    slow, slow_completions = run("off")
+    assert "fast path:" not in slow.stderr
+    assert fast_completions == slow_completions
+    assert len(set(fast_completions["final"])) > 1, "the half-warmed-up model must answer tasks differently"
+
+
 def test_identical_rewards_are_diagnosed(tiny_model: Path, tmp_path: Path) -> None:
     # A random 2-layer model never answers a graph-coloring task: every reward is 0, so GRPO learns nothing.
     out = tmp_path / "run"
