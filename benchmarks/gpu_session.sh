@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One GPU session in one call (about 8 minutes on one H200): everything it measures lands in $OUT.
+# One GPU session in one call (about 9 minutes on one H200): everything it measures lands in $OUT.
 #
 #   device run: command "bash benchmarks/gpu_session.sh", carry [".whl", ".shared"], timeout_s 600
 #
@@ -12,22 +12,25 @@
 # Parts, in order; each has its own timeout and a failing part never stops the next:
 #   1. install the carried wheels into /tmp/site; versions and the GPU          -> $OUT/install.log, $OUT/env.txt
 #   2. the step-time benchmark (stock TRL against the fast paths, no --profile) -> $OUT/bench.jsonl, $OUT/bench.log
-#   3. QLoRA end to end through nodus' own loop (nodus.trainer.api.train_on_function) on a small random-weight
-#      Qwen3 built here (NF4 base, LoRA, 3 GRPO steps, baseline and final evaluation)
-#                                                    -> $OUT/qlora.json, $OUT/qlora_results.json, $OUT/qlora.log
+#   3. LoRA end to end through nodus' own loop (nodus.trainer.api.train_on_function, the code `grpo train` runs)
+#      on a small random-weight Qwen3 built here: the fast path as a GPU run takes it (compiled sampler, written-out
+#      training forward, evaluations on the sampler), 3 GRPO steps, baseline and final evaluation. Before it, the
+#      held-out greedy decoding on the sampler against model.generate on the same prompts (agreement, seconds)
+#                                                    -> $OUT/e2e-LoRA.json, $OUT/e2e-LoRA-results.json, $OUT/e2e-LoRA.log
+#   4. the same with QLoRA (NF4 base: rollouts and evaluations fall back to model.generate)
+#                                                    -> $OUT/e2e-QLoRA.json, $OUT/e2e-QLoRA-results.json, ...
 #
-# Locally, without a GPU (checks the script and part 3's API call with method LoRA on the CPU):
-#   OUT=/tmp/gpu-session PYTHON=.venv/bin/python PARTS="3" QLORA_METHOD=LoRA bash benchmarks/gpu_session.sh
+# Locally, without a GPU (checks the script and part 3's API call on the CPU, fast path on):
+#   OUT=/tmp/gpu-session PYTHON=.venv/bin/python PARTS="3" bash benchmarks/gpu_session.sh
 set -u
 
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-/tmp/gpu-session-out}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
-PARTS=${PARTS:-"1 2 3"}
+PARTS=${PARTS:-"1 2 3 4"}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-330}
-QLORA_TIMEOUT=${QLORA_TIMEOUT:-120}
-QLORA_METHOD=${QLORA_METHOD:-QLoRA}
+E2E_TIMEOUT=${E2E_TIMEOUT:-120}
 SITE=${SITE:-/tmp/site}
 STARTED=$SECONDS
 
@@ -139,33 +142,34 @@ for r in rows:
 PYEOF
 }
 
-# -- 3. QLoRA through nodus' own training loop -----------------------------------------------------------------------
-part3() {
-    say "part 3: $QLORA_METHOD end to end through nodus.trainer.api.train_on_function (timeout ${QLORA_TIMEOUT}s)"
+# -- 3 and 4. LoRA / QLoRA through nodus' own training loop ----------------------------------------------------------
+end_to_end() {
+    local method=$1
+    say "$method end to end through nodus.trainer.api.train_on_function (timeout ${E2E_TIMEOUT}s)"
     # nodus is not installed on the bare image: the same shim as benchmarks/gpu_step_time.py (package-dir mapping
     # nodus.core -> core, nodus.sandbox -> sandbox, nodus.trainer -> trainer).
     local shim
     shim=$(mktemp -d /tmp/nodus-shim-XXXXXX)
     mkdir -p "$shim/nodus"
     for package in core sandbox trainer; do ln -s "$PWD/$package" "$shim/nodus/$package"; done
-    local check=/tmp/nodus_qlora_check.py
+    local check=/tmp/nodus_e2e_check.py
     cat >"$check" <<'PYEOF'
-"""QLoRA (or LoRA) GRPO through nodus' Python API on a small random-weight Qwen3 model built here, offline."""
+"""LoRA or QLoRA GRPO through nodus' Python API on a small random-weight Qwen3 model built here, offline."""
 import json, os, sys, tempfile, time, traceback
 from pathlib import Path
 
 OUT = Path(os.environ["OUT"])
-METHOD = os.environ.get("QLORA_METHOD", "QLoRA")
+METHOD = os.environ["E2E_METHOD"]
 started = time.time()
 summary = {"method": METHOD, "ok": False}
 
 
 def finish(code: int) -> None:
     summary["seconds"] = round(time.time() - started, 1)
-    (OUT / "qlora.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    (OUT / f"e2e-{METHOD}.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
     keys = ("ok", "method", "device", "status", "steps", "seconds", "peak_gpu_gb", "baseline_mean", "final_mean",
-            "skipped", "error")
-    print("QLORA SUMMARY " + json.dumps({k: summary[k] for k in keys if k in summary}, default=str))
+            "eval_seconds", "greedy_check", "skipped", "error")
+    print("E2E SUMMARY " + json.dumps({k: summary[k] for k in keys if k in summary}, default=str)[:1500])
     sys.exit(code)
 
 
@@ -175,15 +179,15 @@ try:
     summary["cuda"] = torch.cuda.is_available()
     summary["device"] = torch.cuda.get_device_name(0) if summary["cuda"] else "cpu"
     if METHOD == "QLoRA" and not summary["cuda"]:
-        summary["skipped"] = "no CUDA device: QLoRA needs a CUDA GPU (bitsandbytes NF4); set QLORA_METHOD=LoRA"
-        print(f"QLORA SKIPPED: {summary['skipped']}")
+        summary["skipped"] = "no CUDA device: QLoRA needs a CUDA GPU (bitsandbytes NF4)"
+        print(f"E2E SKIPPED: {summary['skipped']}")
         finish(0)
     import nodus.trainer.run as run_module
     from nodus.trainer import api
     from nodus.trainer.tiny_model import build_tiny_tokenizer
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    print(f"QLORA imports done ({time.time() - started:.1f} s): nodus from {Path(api.__file__).parent}")
+    print(f"E2E imports done ({time.time() - started:.1f} s): nodus from {Path(api.__file__).parent}")
     # A small random-weight Qwen3 (hidden 256, 2 layers) with nodus' offline tokenizer and chat template; bf16 on
     # a GPU like real checkpoints, float32 on the CPU.
     tokenizer = build_tiny_tokenizer()
@@ -204,7 +208,7 @@ try:
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(config).to(torch.bfloat16 if summary["cuda"] else torch.float32)
     model.generation_config.pad_token_id = config.pad_token_id
-    work = Path(tempfile.mkdtemp(prefix="nodus-qlora-"))
+    work = Path(tempfile.mkdtemp(prefix="nodus-e2e-"))
     model_dir = work / "model"
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
@@ -233,7 +237,7 @@ try:
                 "training_fallback_reason": trainer.training_fallback_reason,
                 "is_loaded_in_4bit": getattr(getattr(model, "base_model", model), "is_loaded_in_4bit", None),
             }
-            print("QLORA trainer " + json.dumps(summary["trainer"])[:600])
+            print("E2E trainer " + json.dumps(summary["trainer"])[:600])
         except Exception as error:  # the run matters more than this report
             summary["trainer"] = {"inspect_error": f"{type(error).__name__}: {error}"}
         return trainer, callback, reward
@@ -244,13 +248,42 @@ try:
         letters = [c for c in completion if not c.isspace()]
         return letters.count("a") / len(letters) if letters else 0.0
 
+    prompts = [f"Task {i}: write a" for i in range(40)]
+    if METHOD == "LoRA":
+        # Held-out greedy decoding on the sampler (what evaluations use with the fast path on) against
+        # model.generate, on the same 32 prompts: how many completions agree, and the seconds of each (the sampler
+        # twice: its first call compiles). bf16 on a GPU can flip a near-tie, so agreement is reported, not required.
+        from nodus.trainer.evaluate import generate_greedy
+        from nodus.trainer.models import load_model_and_tokenizer, resolve_model
+
+        device = "cuda:0" if summary["cuda"] else None
+        check_model, check_tokenizer = load_model_and_tokenizer(resolve_model(str(model_dir)), device=device)
+        messages = [[{"role": "user", "content": p}] for p in prompts[:32]]
+        timings, outputs = {}, {}
+        for label, fast in (("generate", False), ("sampler_first", True), ("sampler", True)):
+            clock = time.perf_counter()
+            outputs[label] = generate_greedy(check_model, check_tokenizer, messages, 64, 16, fast=fast)
+            if summary["cuda"]:
+                torch.cuda.synchronize()
+            timings[label] = round(time.perf_counter() - clock, 3)
+        summary["greedy_check"] = {
+            "agree": sum(a == b for a, b in zip(outputs["generate"], outputs["sampler"])),
+            "of": len(messages),
+            "distinct": len(set(outputs["generate"])),
+            "seconds": timings,
+            "first_mismatch": next(([a, b] for a, b in zip(outputs["generate"], outputs["sampler"]) if a != b), None),
+        }
+        print("E2E greedy check " + json.dumps(summary["greedy_check"])[:600])
+        del check_model
+        if summary["cuda"]:
+            torch.cuda.empty_cache()
     if summary["cuda"]:
         torch.cuda.reset_peak_memory_stats()
     output = work / "run"
     results = api.train_on_function(
-        [f"Task {i}: write a" for i in range(40)],
+        prompts,
         share_of_a,
-        name="qlora-check",
+        name=f"{METHOD.lower()}-check",
         output=output,
         model=str(model_dir),
         method=METHOD,
@@ -260,6 +293,7 @@ try:
         batch_size=8,
         max_completion_length=16,
         learning_rate=1e-3,
+        fast_path="auto" if summary["cuda"] else "on",
     )
     summary["ok"] = results.get("status") == "completed"
     summary["status"] = results.get("status")
@@ -267,6 +301,7 @@ try:
     summary["reward_per_step"] = results.get("training", {}).get("rewardPerStep")
     summary["baseline_mean"] = (results.get("baseline") or {}).get("meanScore")
     summary["final_mean"] = (results.get("final") or {}).get("meanScore")
+    summary["eval_seconds"] = [(results.get(k) or {}).get("seconds") for k in ("baseline", "final")]
     summary["diagnostics"] = results.get("diagnostics")
     summary["spec_method"] = results.get("job", {}).get("spec", {}).get("parameters", {}).get("method")
     summary["run_files"] = sorted(p.name for p in output.iterdir())
@@ -274,7 +309,7 @@ try:
     summary["checkpoints"] = sorted(p.name for p in (output / "checkpoints").iterdir()) if (output / "checkpoints").is_dir() else None
     if summary["cuda"]:
         summary["peak_gpu_gb"] = round(torch.cuda.max_memory_allocated() / 1e9, 3)
-    (OUT / "qlora_results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    (OUT / f"e2e-{METHOD}-results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
     finish(0 if summary["ok"] else 1)
 except SystemExit:
     raise
@@ -284,15 +319,15 @@ except BaseException as error:
     print(summary["traceback"][-2500:], file=sys.stderr)
     finish(1)
 PYEOF
-    OUT="$OUT" QLORA_METHOD="$QLORA_METHOD" PYTHONPATH="$shim${PYTHONPATH:+:$PYTHONPATH}" \
+    OUT="$OUT" E2E_METHOD="$method" PYTHONPATH="$shim${PYTHONPATH:+:$PYTHONPATH}" \
         HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false \
-        timeout -k 10 "$QLORA_TIMEOUT" "$PY" -u "$check" 2>&1 | tee "$OUT/qlora.log" |
-        keep '^(QLORA|starting|resuming|baseline|fast path|step|final evaluation|done|warning: every|Traceback)|^[A-Za-z_.]*(Error|Exception): '
+        timeout -k 10 "$E2E_TIMEOUT" "$PY" -u "$check" 2>&1 | tee "$OUT/e2e-$method.log" |
+        keep '^(E2E|starting|resuming|baseline|fast path|step|final evaluation|done|warning: every|Traceback)|^[A-Za-z_.]*(Error|Exception): '
     local rc=${PIPESTATUS[0]}
-    report_exit "$rc" "part 3" "$QLORA_TIMEOUT" "see qlora.log" "see qlora.json / qlora.log"
-    if [ ! -f "$OUT/qlora.json" ]; then
+    report_exit "$rc" "$method end to end" "$E2E_TIMEOUT" "see e2e-$method.log" "see e2e-$method.json / .log"
+    if [ ! -f "$OUT/e2e-$method.json" ]; then
         printf '{"method": "%s", "ok": false, "error": "no summary written: rc=%s (124/137 = stopped at %ss)"}\n' \
-            "$QLORA_METHOD" "$rc" "$QLORA_TIMEOUT" >"$OUT/qlora.json"
+            "$method" "$rc" "$E2E_TIMEOUT" >"$OUT/e2e-$method.json"
     fi
 }
 
@@ -301,7 +336,8 @@ for part in $PARTS; do
     case $part in
         1) part1 ;;
         2) part2 ;;
-        3) part3 ;;
+        3) say "part 3"; end_to_end LoRA ;;
+        4) say "part 4"; end_to_end QLoRA ;;
         *) say "unknown part $part" ;;
     esac
 done
