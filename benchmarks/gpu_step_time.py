@@ -162,14 +162,18 @@ def decode_timing(trainer: Any) -> dict[str, Any]:
     sampler = trainer._sampler
     if sampler is None or sampler._state is None:
         return {}
+    from nodus.trainer.fast_generation import PROMPT_BUCKET
+
     state = sampler._state
     prompts = [list(range(10, 10 + 96))] * state.batch
+    # The prompt length the rollouts prefilled (bucketed when compiled): another length would compile anew.
+    length = -(-96 // PROMPT_BUCKET) * PROMPT_BUCKET if sampler.prefill_fn is not None else 96
     times: dict[str, list[float]] = {"prefill_ms": [], "decode_ms_per_token": [], "generate_ms": []}
     for _ in range(5):
         torch.cuda.synchronize()
         started = time.perf_counter()
         with torch.no_grad():
-            state.prefill(prompts)
+            state.prefill(prompts, length)
         torch.cuda.synchronize()
         times["prefill_ms"].append((time.perf_counter() - started) * 1e3)
         started = time.perf_counter()
@@ -248,13 +252,22 @@ def _lora_grads(trainer: Any, inputs: Any) -> tuple[float, Any]:
 def fidelity(trainer: Any) -> dict[str, Any]:
     """Same GRPO on one fixed batch: the fast path against the model's own (transformers + peft) forward.
 
-    One rollout batch (2 prompts x num_generations, sampled by the fast sampler, rewarded and normalised by TRL) is
-    scored three ways: the sampler's own log-probabilities, TRL's per-token log-probabilities through the fast
-    training backbone, and through the model's own forward (the stock path). Relative L2 errors; then TRL's loss
-    and the LoRA gradients through both forwards. Rewards and advantages are the same tensors for both, since
-    they are computed once by TRL's code."""
+    LoRA B is first set to random values of a trained adapter's size (a few benchmark steps at lr 1e-5 leave it
+    near zero, where an adapter read wrongly, e.g. a stale copy, would change nothing). One rollout batch (2 prompts
+    x num_generations, sampled by the fast sampler, rewarded and normalised by TRL) is then scored three ways: the
+    sampler's own log-probabilities, TRL's per-token log-probabilities through the fast training backbone, and
+    through the model's own forward (the stock path). Relative L2 errors; then TRL's loss and the LoRA gradients
+    through both forwards. Rewards and advantages are the same tensors for both, since they are computed once by
+    TRL's code. With training graphs, the gradients through the replayed graphs are also compared with the same
+    compiled stack run without graphs (same kernels: only capture and replay differ, so they must agree closely)."""
     import torch
 
+    with torch.no_grad():
+        generator = torch.Generator(device="cpu").manual_seed(0)
+        for name, param in trainer.model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.02)
+    trainer._sampler_step = -1  # the sampler refreshes its copy of the adapter before the next rollout
     gens = trainer.num_generations
     rows = [trainer.train_dataset[i // gens] for i in range(2 * gens)]
     inputs = trainer._generate_and_score_completions(rows)
@@ -273,7 +286,18 @@ def fidelity(trainer: Any) -> dict[str, Any]:
 
     backbone = trainer.backbone
     fast_logps = logps()
+    graph_calls = backbone.graph_calls if backbone is not None else 0
     fast_loss, fast_grads = _lora_grads(trainer, inputs)
+    graph_check: dict[str, Any] = {}
+    if backbone is not None and backbone.cuda_graphs:
+        graph_check["graph_replayed"] = backbone.graph_calls > graph_calls
+        backbone.cuda_graphs = False
+        try:
+            eager_loss, eager_grads = _lora_grads(trainer, inputs)
+        finally:
+            backbone.cuda_graphs = trainer.training_graphs
+        graph_check["graph_vs_eager_grad_rel_err"] = rel(fast_grads, eager_grads)
+        graph_check["graph_vs_eager_loss_abs_diff"] = abs(fast_loss - eager_loss)
     if backbone is not None:
         backbone.uninstall()
     try:
@@ -295,10 +319,17 @@ def fidelity(trainer: Any) -> dict[str, Any]:
         "lora_B_norm": round(
             sum(float(p.detach().float().norm()) for n, p in trainer.model.named_parameters() if "lora_B" in n), 6
         ),
+        **graph_check,
     }
-    # GRPO's loss is ~0 on policy (ratio 1, zero-mean advantages): its gradient is the quantity to compare.
-    errors = [result["train_logps_rel_err"], result["sampler_logps_rel_err"] or 0.0, result["lora_grad_rel_err"]]
-    result["pass"] = all(e <= 1e-2 for e in errors)
+    # The issue's criterion: per-token log-probabilities and the loss within bf16 tolerance (relative 1e-2).
+    # GRPO's loss is ~0 on policy (ratio 1, zero-mean advantages), so its difference is taken as absolute. The LoRA
+    # gradients are reported but not judged: bf16 backward rounding alone puts them at ~1-2% (0.6B), see
+    # docs/benchmarks.md. Training graphs must replay and give the eager compiled stack's gradients.
+    errors = [result["train_logps_rel_err"], result["sampler_logps_rel_err"] or 0.0, result["loss_abs_diff"]]
+    checks = [e <= 1e-2 for e in errors]
+    if graph_check:
+        checks += [graph_check["graph_replayed"], graph_check["graph_vs_eager_grad_rel_err"] <= 1e-3]
+    result["pass"] = all(checks)
     return result
 
 
@@ -314,13 +345,16 @@ def run_path(
             f"unknown path {path!r}: use stock, fast or fast-compiled, optionally +nogc, +tc, +hf-forward, +stack, "
             "+autotune, +graphs"
         )
+    compile_options = {k: v for option in options for k, v in COMPILE_OPTIONS.get(option, {}).items()}
+    if compile_options.get("training_graphs") and not torch.cuda.is_available():
+        compile_options["training_graphs"] = "emulate"  # the graphs' bookkeeping, run eagerly (SMOKE on a CPU)
     trainer_class = make_trainer_class(
         fast=engine != "stock",
         compile_layers=engine == "fast-compiled",
         fast_training="hf-forward" not in options,
         profile_dir=profile_dir,
         label=f"{shape}-{path}".replace("+", "_"),
-        compile_options={k: v for option in options for k, v in COMPILE_OPTIONS.get(option, {}).items()},
+        compile_options=compile_options,
     )
     results: list[dict[str, Any]] = []
     config_class = stock.GRPOConfig

@@ -8,6 +8,7 @@ own greedy choice (tests compare them with `model.generate`). Anything the sampl
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -60,14 +61,10 @@ def generate_greedy(
     a fast trainer already holds (refreshed here), so that evaluating the trained model costs no second copy.
     """
     texts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in messages]
-    sampler = greedy_sampler(model, tokenizer, max_new_tokens, weights) if fast else None
-    if sampler is not None:
-        try:
-            return _sampler_greedy(sampler, tokenizer, texts, batch_size)
-        finally:
-            del sampler
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()  # hand the cache and any fused copy back before training allocates
+    if fast:
+        decoded = _sampler_greedy(model, tokenizer, texts, max_new_tokens, batch_size, weights)
+        if decoded is not None:
+            return decoded
     tokenizer.padding_side = "left"
     model.eval()
     completions: list[str] = []
@@ -111,18 +108,40 @@ def greedy_sampler(
     )
 
 
-def _sampler_greedy(sampler: StaticCacheSampler, tokenizer: Any, texts: list[str], batch_size: int) -> list[str]:
-    prompts = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
-    size = min(batch_size, len(prompts))
-    completions: list[str] = []
-    for start in range(0, len(prompts), size):
-        batch = prompts[start : start + size]
-        # The last batch is filled up with copies of its last prompt: one batch size means one decode graph (and
-        # one compilation) for the whole evaluation. The copies' completions are dropped.
-        rollout = sampler.generate(batch + [batch[-1]] * (size - len(batch)))
-        ids = rollout.completion_ids()[: len(batch)]
-        completions.extend(tokenizer.batch_decode(ids, skip_special_tokens=True))
-    return completions
+def _sampler_greedy(
+    model: Any, tokenizer: Any, texts: list[str], max_new_tokens: int, batch_size: int, weights: FastWeights | None
+) -> list[str] | None:
+    """Completions decoded on the sampler; None (the caller then uses model.generate) when it cannot serve."""
+    try:
+        sampler = greedy_sampler(model, tokenizer, max_new_tokens, weights)
+        if sampler is None:
+            return None
+        prompts = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+        size = min(batch_size, len(prompts))
+        completions: list[str] = []
+        for start in range(0, len(prompts), size):
+            batch = prompts[start : start + size]
+            # The last batch is filled up with copies of its last prompt: one batch size means one decode graph (and
+            # one compilation) for the whole evaluation. The copies' completions are dropped.
+            rollout = sampler.generate(batch + [batch[-1]] * (size - len(batch)))
+            ids = rollout.completion_ids()[: len(batch)]
+            completions.extend(tokenizer.batch_decode(ids, skip_special_tokens=True))
+        return completions
+    except Exception as error:  # model.generate is the reference: an evaluation is never lost to us
+        log.warning(
+            "The fast sampler failed during held-out evaluation (%s: %s); evaluating with model.generate instead "
+            "(slower, same greedy tokens). Please report this with the model's config.json.",
+            type(error).__name__,
+            str(error).splitlines()[0][:300] if str(error) else "",
+        )
+        return None
+    finally:
+        # The sampler and its decode state refer to each other: collect the cycle now, so that its KV cache, CUDA
+        # graph and any fused copy of the weights are handed back before training or the fallback allocates.
+        sampler = None
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
 
 def evaluate(

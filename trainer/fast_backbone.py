@@ -17,6 +17,8 @@ inputs) goes to the model's own forward.
 from __future__ import annotations
 
 import logging
+import weakref
+from collections.abc import Callable
 from types import MethodType
 from typing import Any, NamedTuple
 
@@ -138,11 +140,19 @@ class _GraphedStack:
         self.run, self.params, self.use_cuda_graph = run, params, use_cuda_graph
         self.static_in = [t.detach().clone() if t is not None else None for t in inputs]
         self.generation = 0  # forwards run so far; a backward must belong to the latest one
-        self.pending = False  # a forward whose backward has not run yet (its activations live in the graph)
+        self._awaiting_backward = False
+        # The autograd node of the latest forward: if its graph is dropped without a backward (a forward under
+        # grad whose result was thrown away, an exception before the backward), nothing can ask for that backward.
+        self.owner: Callable[[], Any] | None = None
         self.eager_out: torch.Tensor | None = None
         self.static_out: torch.Tensor | None = None
         if use_cuda_graph:
             self._capture()
+
+    @property
+    def pending(self) -> bool:
+        """A forward whose backward has not run yet and still can: its activations live in the graph's memory."""
+        return self._awaiting_backward and self.owner is not None and self.owner() is not None
 
     def _grads(self, out: torch.Tensor, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         return torch.autograd.grad(out, self.params, grad_out, allow_unused=True)
@@ -172,7 +182,7 @@ class _GraphedStack:
             if static is not None and given is not None and static.data_ptr() != given.data_ptr():
                 static.copy_(given)
         self.generation += 1
-        self.pending = True
+        self._awaiting_backward = True
         if self.use_cuda_graph:
             assert self.static_out is not None
             self.forward_graph.replay()
@@ -184,7 +194,7 @@ class _GraphedStack:
     def backward(self, generation: int, grad_out: torch.Tensor) -> list[torch.Tensor | None]:
         if generation != self.generation or not self.pending:
             raise RuntimeError("a CUDA-graph training forward was run again before the backward of the previous one")
-        self.pending = False
+        self._awaiting_backward = False
         if self.use_cuda_graph:
             self.static_grad_out.copy_(grad_out)
             self.backward_graph.replay()
@@ -206,6 +216,7 @@ class _GraphedStackFunction(torch.autograd.Function):
         ctx.graphed = graphed
         out = graphed.forward(inputs)
         ctx.generation = graphed.generation
+        graphed.owner = weakref.ref(ctx)
         return out
 
     @staticmethod
@@ -340,7 +351,10 @@ class FastBackbone:
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None, checkpointing: bool
     ) -> torch.Tensor | None:
         """The stack through a captured graph for this shape, or None to run it plainly."""
-        key = (tuple(x.shape), None if mask is None else tuple(mask.shape), checkpointing, x.dtype)
+        # Autocast is part of what a graph replays: a graph captured under bf16 autocast must not serve fp32.
+        device = x.device.type
+        autocast = torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device)
+        key = (tuple(x.shape), None if mask is None else tuple(mask.shape), checkpointing, x.dtype, autocast)
         graphed = self._graphs.get(key)
         if graphed is None:
             if len(self._graphs) >= MAX_GRAPHS:

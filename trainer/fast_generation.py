@@ -71,6 +71,20 @@ def unsupported_reason(model: Any, generation_config: Any | None = None) -> str 
     for module in causal_lm.modules():
         if type(module).__name__ in ("Linear4bit", "Linear8bitLt"):
             return "quantized (bitsandbytes) linear layers"
+        if hasattr(module, "lora_A") and not getattr(module, "disable_adapters", False):
+            active = [name for name in module.active_adapters if name in module.lora_A]
+            if len(active) > 1:
+                return "more than one active LoRA adapter"
+            if any(getattr(module, "use_dora", {}).get(name, False) for name in active):
+                return "DoRA adapters"
+    # Only q/k/v biases (Qwen2) are in the decode step; Llama's attention_bias also puts one on o_proj, mlp_bias on
+    # the MLP. Every layer has the same architecture, so the first one says it.
+    block = causal_lm.model.layers[0]
+    named = {"o_proj": block.self_attn.o_proj}
+    named.update({name: getattr(block.mlp, name) for name in ("gate_proj", "up_proj", "down_proj")})
+    for name, module in named.items():
+        if getattr(module, "base_layer", module).bias is not None:
+            return f"a bias on {name} (attention_bias or mlp_bias in the model's config)"
     if generation_config is not None:
         if (getattr(generation_config, "repetition_penalty", None) or 1.0) != 1.0:
             return "repetition_penalty != 1"
@@ -319,7 +333,7 @@ RECOMPILE_LIMIT = 64  # compilations per function (torch's default, 8, is a hard
 
 def compile_shape_static(fn: Any, mode: str | None = None) -> Any:
     """torch.compile for one shape at a time (a compilation per new shape), falling back to `fn` for good if torch
-    refuses to compile it again: slower from then on, never a failed run."""
+    refuses to compile it again or cannot compile it at all: slower from then on, never a failed run."""
     import torch._dynamo
 
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
@@ -333,6 +347,17 @@ def compile_shape_static(fn: Any, mode: str | None = None) -> Any:
             except torch._dynamo.exc.FailOnRecompileLimitHit as error:
                 state["eager"] = True
                 log.warning("%s: too many shapes to compile (%s); running it uncompiled", fn.__name__, error)
+            except torch._dynamo.exc.TorchDynamoException as error:
+                # A compiler failure (dynamo, or inductor and Triton under BackendCompilerFailed) on a new torch or
+                # GPU: the function itself is plain PyTorch, so run it as written. Only this family: checkpointing
+                # stops its recomputation with an exception of its own, which must pass through. Inside a CUDA graph
+                # capture the capture is already broken: re-raise and let the caller go on without the graph.
+                if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+                    raise
+                state["eager"] = True
+                first_line = (str(error).strip().splitlines() or [""])[0][:300]
+                log.warning("%s could not be compiled (%s: %s); running it uncompiled", fn.__name__,
+                            type(error).__name__, first_line)
         return fn(*args)
 
     return call

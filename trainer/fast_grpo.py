@@ -37,11 +37,12 @@ class FastGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         compile_layers: bool = False,
         compile_stack: bool = False,
         compile_mode: str | None = None,
-        training_graphs: bool = False,
+        training_graphs: bool | str = False,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
         self.fast_generation = fast_generation
+        self.training_graphs = training_graphs
         self.compile_layers = compile_layers
         self.compile_options: dict[str, Any] = {"compile_stack": compile_stack, "compile_mode": compile_mode}
         self.generation_times: list[float] = []

@@ -244,12 +244,18 @@ def _forward(model: Any, ids: torch.Tensor, mask: torch.Tensor, weights: torch.T
     return {"hidden": hidden[mask.bool()], "logp": logp.detach()[scored], "grads": grads}
 
 
-@pytest.mark.parametrize(("padded", "graphs"), [(False, False), (True, False), (False, "emulate"), (True, "emulate")])
-def test_backbone_matches_model_forward_and_gradients(padded: bool, graphs: bool | str) -> None:
+@pytest.mark.parametrize(
+    ("padded", "graphs", "compiled"),
+    [(False, False, False), (True, False, False), (False, "emulate", False), (True, "emulate", False),
+     (True, "emulate", True)],
+)
+def test_backbone_matches_model_forward_and_gradients(padded: bool, graphs: bool | str, compiled: bool) -> None:
     """The fused backbone stands in for peft+transformers in training: same hidden states, log-probs and gradients.
 
     graphs="emulate" runs the CUDA-graph path's bookkeeping on the CPU: right padding to the captured length,
-    static input buffers, the autograd function that hands back fresh gradient tensors."""
+    static input buffers, the autograd function that hands back fresh gradient tensors. compiled: the layer
+    function through torch.compile, as on a GPU (checkpointing stops its recomputation early with an exception of
+    its own, which the compile fallback must let through)."""
     model = lora_model()
     model.get_base_model().gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
@@ -261,7 +267,7 @@ def test_backbone_matches_model_forward_and_gradients(padded: bool, graphs: bool
     weights = torch.randn(ids.shape[0], ids.shape[1] - 1, generator=torch.Generator().manual_seed(4))
 
     reference = _forward(model, ids, mask, weights)
-    backbone = FastBackbone(FastWeights(model), cuda_graphs=graphs)
+    backbone = FastBackbone(FastWeights(model), cuda_graphs=graphs, compile_layers=compiled)
     backbone.install()
     try:
         fast = _forward(model, ids, mask, weights)
@@ -310,6 +316,36 @@ def test_backbone_graph_path_survives_two_forwards_before_a_backward() -> None:
     assert backbone.graph_calls == 2 and backbone.calls == 4
     for name, grad in reference.items():
         torch.testing.assert_close(dict(model.named_parameters())[name].grad, 2 * grad, atol=1e-5, rtol=1e-5)
+
+
+def test_backbone_graph_is_reused_after_a_forward_whose_backward_never_comes() -> None:
+    """A training forward whose result is dropped (a diagnostic under grad, an error before the backward) must not
+    leave its graph marked busy: the next forward replays it, with the model's own gradients. Autocast is part of
+    what a graph replays, so a forward under autocast gets a graph of its own."""
+    model = lora_model()
+    model.train()
+    ids = torch.randint(1, VOCAB, (2, 9), generator=torch.Generator().manual_seed(7))
+
+    def loss() -> Any:
+        return model(input_ids=ids).logits.float().log_softmax(-1)[..., 3].sum()
+
+    loss().backward()
+    reference = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    backbone = FastBackbone(FastWeights(model), cuda_graphs="emulate")
+    backbone.install()
+    try:
+        dropped = loss()
+        del dropped  # no backward will ever come for it
+        loss().backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss()
+    finally:
+        backbone.uninstall()
+    assert backbone.graph_calls == 3, "the abandoned forward must not keep the graph busy"
+    assert len(backbone._graphs) == 2  # one without autocast, one under bf16 autocast
+    for name, grad in reference.items():
+        torch.testing.assert_close(dict(model.named_parameters())[name].grad, grad, atol=1e-5, rtol=1e-5)
 
 
 def test_backbone_steps_aside_when_the_adapter_is_disabled() -> None:
@@ -376,6 +412,18 @@ def test_unsupported_configurations_are_named() -> None:
         FastWeights(gpt2)
     penalty = fast_generation.unsupported_reason(tiny_model("qwen3"), GenerationConfig(repetition_penalty=1.2))
     assert penalty is not None and "repetition_penalty" in penalty
+    # Biases the decode step does not apply would make it silently sample another model: named, never decoded.
+    for flag, where in (("attention_bias", "o_proj"), ("mlp_bias", "gate_proj")):
+        torch.manual_seed(0)
+        biased = LlamaForCausalLM(LlamaConfig(head_dim=16, **SHAPE, **{flag: True}))
+        assert fast_generation.unsupported_reason(biased) == (
+            f"a bias on {where} (attention_bias or mlp_bias in the model's config)"
+        )
+    assert fast_generation.unsupported_reason(lora_model(use_dora=True)) == "DoRA adapters"
+    two = lora_model()
+    two.add_adapter("second", LoraConfig(r=2, target_modules="all-linear"))
+    two.base_model.set_adapter(["default", "second"])
+    assert fast_generation.unsupported_reason(two) == "more than one active LoRA adapter"
 
 
 # -- FastGRPOTrainer end to end -----------------------------------------------------------------------------------
@@ -558,3 +606,18 @@ def test_held_out_evaluation_falls_back_to_generate_and_says_why(caplog: Any) ->
     with caplog.at_level("INFO", logger="nodus.trainer.evaluate"):
         assert greedy_sampler(model, word_tokenizer(VOCAB), 8) is None
     assert "Held-out evaluation uses model.generate: repetition_penalty != 1." in caplog.text
+
+
+def _breaks_the_graph(x: Any) -> Any:
+    torch._dynamo.graph_break()  # fullgraph=True cannot compile this: a real compiler failure
+    return x * 3
+
+
+def test_a_function_the_compiler_fails_on_runs_uncompiled(caplog: Any) -> None:
+    """A compiler failure (dynamo, inductor, Triton) must cost speed, not the run: the function runs as written."""
+    compiled = fast_generation.compile_shape_static(_breaks_the_graph)
+    with caplog.at_level("WARNING"):
+        assert compiled(torch.ones(2)).tolist() == [3.0, 3.0]
+        assert compiled(torch.ones(3)).tolist() == [3.0] * 3
+    messages = [r.getMessage() for r in caplog.records if "could not be compiled" in r.getMessage()]
+    assert len(messages) == 1 and messages[0].startswith("_breaks_the_graph could not be compiled (")
