@@ -136,7 +136,14 @@ class _GraphedStack:
     buffers; the frozen weights and the LoRA parameters are read in place (the optimizer updates them in place, so
     their addresses never change). With `use_cuda_graph=False` the same object runs eagerly (the CPU tests)."""
 
-    def __init__(self, run: Any, inputs: list[torch.Tensor | None], params: list[torch.Tensor], use_cuda_graph: bool):
+    def __init__(
+        self,
+        run: Any,
+        inputs: list[torch.Tensor | None],
+        params: list[torch.Tensor],
+        use_cuda_graph: bool,
+        pool: Any = None,
+    ):
         self.run, self.params, self.use_cuda_graph = run, params, use_cuda_graph
         self.static_in = [t.detach().clone() if t is not None else None for t in inputs]
         self.generation = 0  # forwards run so far; a backward must belong to the latest one
@@ -147,7 +154,7 @@ class _GraphedStack:
         self.eager_out: torch.Tensor | None = None
         self.static_out: torch.Tensor | None = None
         if use_cuda_graph:
-            self._capture()
+            self._capture(pool)
 
     @property
     def pending(self) -> bool:
@@ -157,7 +164,7 @@ class _GraphedStack:
     def _grads(self, out: torch.Tensor, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         return torch.autograd.grad(out, self.params, grad_out, allow_unused=True)
 
-    def _capture(self) -> None:
+    def _capture(self, pool: Any) -> None:
         # Warm up on a side stream (compilation, cuBLAS and cuDNN handles), as torch.cuda.graphs asks.
         stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
         stream.wait_stream(torch.cuda.current_stream())
@@ -167,7 +174,6 @@ class _GraphedStack:
                 self._grads(out, torch.ones_like(out))
                 del out
         torch.cuda.current_stream().wait_stream(stream)
-        pool = torch.cuda.graph_pool_handle()
         self.forward_graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.forward_graph, pool=pool), torch.enable_grad():
             static_out: torch.Tensor = self.run(*self.static_in)
@@ -268,6 +274,12 @@ class FastBackbone:
         self.graph_error: str | None = None
         self.graph_calls = 0  # forwards that replayed a captured graph
         self._graphs: dict[tuple[Any, ...], _GraphedStack] = {}
+        # One memory pool for every captured length, as torch.cuda.make_graphed_callables shares one: a length's
+        # temporaries (checkpoint recompute, attention workspaces) reuse the others' instead of each length keeping
+        # its own. Safe because at most one graph has a forward awaiting its backward (see _graphed): a replay may
+        # overwrite another graph's temporaries and its static outputs, never the saved activations of a pending one,
+        # and static outputs are copied out right after each replay.
+        self._pool = torch.cuda.graph_pool_handle() if cuda_graphs is True else None
         params: dict[int, torch.Tensor] = {}
         for layer in self.layers:
             for projection in (layer.qkv, layer.o, layer.gate_up, layer.down):
@@ -355,6 +367,8 @@ class FastBackbone:
         device = x.device.type
         autocast = torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device)
         key = (tuple(x.shape), None if mask is None else tuple(mask.shape), checkpointing, x.dtype, autocast)
+        if any(other.pending for other in self._graphs.values()):
+            return None  # a forward's backward has not run: its activations in the shared pool must stay
         graphed = self._graphs.get(key)
         if graphed is None:
             if len(self._graphs) >= MAX_GRAPHS:
@@ -364,15 +378,13 @@ class FastBackbone:
                 return self._stack(x, cos, sin, mask, checkpointing)
 
             try:
-                graphed = _GraphedStack(run, [x, cos, sin, mask], self.params, self.cuda_graphs is True)
+                graphed = _GraphedStack(run, [x, cos, sin, mask], self.params, self.cuda_graphs is True, self._pool)
             except Exception as error:  # noqa: BLE001 - any capture failure: still correct without graphs
                 # Only slower without graphs: say so once instead of failing the run.
                 self.graph_error = f"{type(error).__name__}: {error}"[:500]
                 log.warning("CUDA graph capture of the training forward failed, running plainly: %s", self.graph_error)
                 return None
             self._graphs[key] = graphed
-        if graphed.pending:
-            return None  # the previous forward's backward has not run: its activations must stay
         self.graph_calls += 1
         out: torch.Tensor = _GraphedStackFunction.apply(graphed, [x, cos, sin, mask], *self.params)
         return out

@@ -318,6 +318,38 @@ def test_backbone_graph_path_survives_two_forwards_before_a_backward() -> None:
         torch.testing.assert_close(dict(model.named_parameters())[name].grad, 2 * grad, atol=1e-5, rtol=1e-5)
 
 
+def test_backbone_graphs_of_two_lengths_are_never_pending_together() -> None:
+    """All lengths' graphs share one memory pool, so a forward of another length while one awaits its backward must
+    run plainly (a replay could overwrite the pending one's temporaries); afterwards it gets its own graph."""
+    model = lora_model()
+    model.train()
+    short = torch.randint(1, VOCAB, (2, 9), generator=torch.Generator().manual_seed(9))
+    long = torch.randint(1, VOCAB, (2, 40), generator=torch.Generator().manual_seed(10))  # another 32-token bucket
+
+    def loss() -> Any:
+        first = model(input_ids=short).logits.float().log_softmax(-1)[..., 3].sum()
+        second = model(input_ids=long).logits.float().log_softmax(-1)[..., 5].sum()
+        return first + 2 * second
+
+    loss().backward()
+    reference = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    backbone = FastBackbone(FastWeights(model), cuda_graphs="emulate")
+    backbone.install()
+    try:
+        loss().backward()
+        assert backbone.graph_calls == 1 and len(backbone._graphs) == 1
+        model(input_ids=long).logits.float().sum().backward()
+        assert backbone.graph_calls == 2 and len(backbone._graphs) == 2
+        model.zero_grad(set_to_none=True)
+        loss().backward()
+    finally:
+        backbone.uninstall()
+    assert backbone.graph_calls == 3
+    for name, grad in reference.items():
+        torch.testing.assert_close(dict(model.named_parameters())[name].grad, grad, atol=1e-5, rtol=1e-5)
+
+
 def test_backbone_graph_is_reused_after_a_forward_whose_backward_never_comes() -> None:
     """A training forward whose result is dropped (a diagnostic under grad, an error before the backward) must not
     leave its graph marked busy: the next forward replays it, with the model's own gradients. Autocast is part of
