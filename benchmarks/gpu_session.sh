@@ -113,8 +113,8 @@ part2() {
     timeout -k 10 "$BENCH_TIMEOUT" "$PY" -u benchmarks/gpu_step_time.py \
         --stock-script .shared/bench/trl_stock_grpo.py --steps qwen3-0.6b=10,qwen3-8b=8 \
         --plan "qwen3-0.6b=stock,fast-compiled,fast-compiled+graphs;qwen3-8b=fast-compiled+graphs" \
-        --json-out "$OUT/bench.jsonl" 2>&1 | tee "$OUT/bench.log" |
-        keep '^(versions|FAILED|fidelity |shape |qwen3-|Traceback)|^[A-Za-z_.]*(Error|Exception): '
+        --eval-timing qwen3-0.6b/fast-compiled --json-out "$OUT/bench.jsonl" 2>&1 | tee "$OUT/bench.log" |
+        keep '^(versions|FAILED|fidelity |eval-timing |shape |qwen3-|Traceback)|^[A-Za-z_.]*(Error|Exception): '
     report_exit "${PIPESTATUS[0]}" benchmark "$BENCH_TIMEOUT" "rows so far are in bench.jsonl" "see bench.log"
     # One short line per row, from the rows written so far (the table above is missing when the limit was hit).
     timeout -k 5 30 "$PY" - "$OUT/bench.jsonl" <<'PYEOF'
@@ -139,6 +139,8 @@ for r in rows:
     print(f"    fast_path {r.get('fast_path')}; training {r.get('fast_training')}; graphs "
           f"{r.get('training_graph_calls')} calls, error {r.get('training_graph_error')}; cuda_graph "
           f"{r.get('cuda_graph')} {r.get('capture_error') or ''}; fidelity {fid_text}"[:400])
+    if r.get("eval_timing"):
+        print(f"    eval timing {json.dumps(r['eval_timing'])}"[:400])
 PYEOF
 }
 

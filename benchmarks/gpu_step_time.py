@@ -188,6 +188,37 @@ def decode_timing(trainer: Any) -> dict[str, Any]:
     return {key: round(statistics.median(values), 3) for key, values in times.items()}
 
 
+def eval_timing(trainer: Any, prompts: int = 16, new_tokens: int = 64) -> dict[str, Any]:
+    """Held-out-style greedy decoding of the trained model: `model.generate` (what evaluations used before) against
+    the sampler with the trainer's fused weights (what `grpo train` evaluations use with the fast path on). Seconds
+    for one batch of `prompts` x `new_tokens` (the sampler twice: its first call compiles this batch shape) and how
+    many completions agree (bf16 can flip a near-tie)."""
+    import torch
+    from nodus.trainer.evaluate import greedy_completions
+
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    texts = [trainer.train_dataset[i]["prompt"] for i in range(prompts)]
+    outputs: dict[str, list[str]] = {}
+    seconds: dict[str, float] = {}
+    for label, fast in (("generate", False), ("sampler_first", True), ("sampler", True)):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        started = time.perf_counter()
+        outputs[label] = greedy_completions(
+            model, trainer.processing_class, texts, new_tokens, prompts, fast=fast, weights=trainer.fast_weights
+        )
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        seconds[label] = round(time.perf_counter() - started, 3)
+    return {
+        "prompts": prompts,
+        "new_tokens": new_tokens,
+        "seconds": seconds,
+        "speedup": round(seconds["generate"] / seconds["sampler"], 1) if seconds["sampler"] else None,
+        "agree": sum(a == b for a, b in zip(outputs["generate"], outputs["sampler"], strict=True)),
+    }
+
+
 def make_trainer_class(
     fast: bool,
     compile_layers: bool,
@@ -334,7 +365,13 @@ def fidelity(trainer: Any) -> dict[str, Any]:
 
 
 def run_path(
-    stock: Any, shape: str, path: str, steps: int, check_fidelity: bool, profile_dir: Path | None = None
+    stock: Any,
+    shape: str,
+    path: str,
+    steps: int,
+    check_fidelity: bool,
+    profile_dir: Path | None = None,
+    time_evaluation: bool = False,
 ) -> dict[str, Any]:
     import torch
 
@@ -410,6 +447,11 @@ def run_path(
             row["fidelity"] = fidelity(trainer)
         except Exception as error:  # report and go on: the timing rows still matter
             row["fidelity"] = {"error": f"{type(error).__name__}: {error}"[:300]}
+    if time_evaluation and engine != "stock":
+        try:
+            row["eval_timing"] = eval_timing(trainer, new_tokens=8 if stock.SMOKE else 64)
+        except Exception as error:  # report and go on
+            row["eval_timing"] = {"error": f"{type(error).__name__}: {error}"[:300]}
     trainer_class.instances.clear()
     del trainer
     gc.collect()
@@ -516,6 +558,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     for r in rows:
         if "fidelity" in r:
             print(f"fidelity {r['config']}/{r['path']}: {json.dumps(r['fidelity'])}")
+        if "eval_timing" in r:
+            print(f"eval-timing {r['config']}/{r['path']}: {json.dumps(r['eval_timing'])}")
 
 
 def main() -> None:
@@ -533,6 +577,13 @@ def main() -> None:
         "--steps", default="qwen3-0.6b=12,qwen3-8b=8", help="steps per shape (the first 3 are dropped as warm-up)"
     )
     parser.add_argument("--json-out", type=Path, help="append one JSON line per path here")
+    parser.add_argument(
+        "--eval-timing",
+        action="append",
+        default=[],
+        metavar="SHAPE/PATH",
+        help="after that row, time greedy evaluation decoding: model.generate against the sampler (repeatable)",
+    )
     parser.add_argument(
         "--profile", type=Path, metavar="DIR", help="profile steps 5-6 of every fast path (torch.profiler) into DIR"
     )
@@ -557,7 +608,15 @@ def main() -> None:
     for shape, paths in plan:
         for path in paths:
             try:
-                row = run_path(stock, shape, path, steps.get(shape, 8), check_fidelity=True, profile_dir=args.profile)
+                row = run_path(
+                    stock,
+                    shape,
+                    path,
+                    steps.get(shape, 8),
+                    check_fidelity=True,
+                    profile_dir=args.profile,
+                    time_evaluation=f"{shape}/{path}" in args.eval_timing,
+                )
             except Exception as error:  # keep going: the other paths still report
                 print(f"FAILED {shape}/{path}: {type(error).__name__}: {str(error)[:800]}", flush=True)
                 continue

@@ -61,6 +61,20 @@ def generate_greedy(
     a fast trainer already holds (refreshed here), so that evaluating the trained model costs no second copy.
     """
     texts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in messages]
+    return greedy_completions(model, tokenizer, texts, max_new_tokens, batch_size, fast, weights)
+
+
+@torch.no_grad()
+def greedy_completions(
+    model: Any,
+    tokenizer: Any,
+    texts: list[str],
+    max_new_tokens: int,
+    batch_size: int,
+    fast: bool = False,
+    weights: FastWeights | None = None,
+) -> list[str]:
+    """`generate_greedy` for prompts already rendered as text."""
     if fast:
         decoded = _sampler_greedy(model, tokenizer, texts, max_new_tokens, batch_size, weights)
         if decoded is not None:
