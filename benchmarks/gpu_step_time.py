@@ -355,11 +355,13 @@ def fidelity(trainer: Any) -> dict[str, Any]:
     # The criterion: per-token log-probabilities and the loss within bf16 tolerance (relative 1e-2).
     # GRPO's loss is ~0 on policy (ratio 1, zero-mean advantages), so its difference is taken as absolute. The LoRA
     # gradients are reported but not judged: bf16 backward rounding alone puts them at ~1-2% (0.6B), see
-    # docs/benchmarks.md. Training graphs must replay and give the eager compiled stack's gradients.
+    # docs/benchmarks.md. Training graphs must replay and give the eager compiled stack's gradients: the same kernels
+    # give ~0, a capture may pick other cuBLAS algorithms (bf16 noise well under 1e-2), while a graph reading stale
+    # or overwritten memory is off by far more than 1e-2 once LoRA B is as large as above.
     errors = [result["train_logps_rel_err"], result["sampler_logps_rel_err"] or 0.0, result["loss_abs_diff"]]
     checks = [e <= 1e-2 for e in errors]
     if graph_check:
-        checks += [graph_check["graph_replayed"], graph_check["graph_vs_eager_grad_rel_err"] <= 1e-3]
+        checks += [graph_check["graph_replayed"], graph_check["graph_vs_eager_grad_rel_err"] <= 1e-2]
     result["pass"] = all(checks)
     return result
 
