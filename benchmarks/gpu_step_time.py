@@ -352,14 +352,16 @@ def fidelity(trainer: Any) -> dict[str, Any]:
         ),
         **graph_check,
     }
-    # The criterion: per-token log-probabilities and the loss within bf16 tolerance (relative 1e-2).
-    # GRPO's loss is ~0 on policy (ratio 1, zero-mean advantages), so its difference is taken as absolute. The LoRA
-    # gradients are reported but not judged: bf16 backward rounding alone puts them at ~1-2% (0.6B), see
-    # docs/benchmarks.md. Training graphs must replay and give the eager compiled stack's gradients: the same kernels
+    # The criterion: per-token log-probabilities (sampler and training forward) within bf16 tolerance
+    # (relative 1e-2). The loss is reported, but with beta 0 its value does not depend on the log-probabilities
+    # (on policy it is -mean(A) exp(0) = 0 for both), so it proves nothing: the gradients carry the check of the
+    # backward. Against transformers + peft in bf16 they differ by rounding alone (2% on 0.6B, 8.8% on 8B so far,
+    # docs/benchmarks.md), so they are judged only for gross errors (<= 0.15; the CPU tests check the same backward in
+    # float32 to 1e-5). Training graphs must replay and give the eager compiled stack's gradients: the same kernels
     # give ~0, a capture may pick other cuBLAS algorithms (bf16 noise well under 1e-2), while a graph reading stale
     # or overwritten memory is off by far more than 1e-2 once LoRA B is as large as above.
-    errors = [result["train_logps_rel_err"], result["sampler_logps_rel_err"] or 0.0, result["loss_abs_diff"]]
-    checks = [e <= 1e-2 for e in errors]
+    errors = [result["train_logps_rel_err"], result["sampler_logps_rel_err"] or 0.0]
+    checks = [e <= 1e-2 for e in errors] + [result["lora_grad_rel_err"] <= 0.15]
     if graph_check:
         checks += [graph_check["graph_replayed"], graph_check["graph_vs_eager_grad_rel_err"] <= 1e-2]
     result["pass"] = all(checks)
@@ -438,6 +440,7 @@ def run_path(
     row["fast_training"] = trainer.training_fallback_reason or f"used ({trainer.backbone.calls} forwards)"
     if trainer.backbone is not None:
         row["training_graph_calls"] = trainer.backbone.graph_calls
+        row["training_graph_skips"] = trainer.backbone.graph_skips
         row["training_graph_error"] = trainer.backbone.graph_error
     if trainer._sampler is not None:
         row["cuda_graph"] = trainer._sampler.use_cuda_graph and trainer._sampler.capture_error is None

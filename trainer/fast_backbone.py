@@ -273,6 +273,7 @@ class FastBackbone:
             raise ValueError("cuda_graphs=True needs the model on a CUDA device")
         self.graph_error: str | None = None
         self.graph_calls = 0  # forwards that replayed a captured graph
+        self.graph_skips = 0  # forwards with gradients that ran plainly because another one awaited its backward
         self._graphs: dict[tuple[Any, ...], _GraphedStack] = {}
         # One memory pool for every captured length, as torch.cuda.make_graphed_callables shares one: a length's
         # temporaries (checkpoint recompute, attention workspaces) reuse the others' instead of each length keeping
@@ -368,6 +369,7 @@ class FastBackbone:
         autocast = torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device)
         key = (tuple(x.shape), None if mask is None else tuple(mask.shape), checkpointing, x.dtype, autocast)
         if any(other.pending for other in self._graphs.values()):
+            self.graph_skips += 1
             return None  # a forward's backward has not run: its activations in the shared pool must stay
         graphed = self._graphs.get(key)
         if graphed is None:

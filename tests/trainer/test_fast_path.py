@@ -345,7 +345,7 @@ def test_backbone_graphs_of_two_lengths_are_never_pending_together() -> None:
         loss().backward()
     finally:
         backbone.uninstall()
-    assert backbone.graph_calls == 3
+    assert backbone.graph_calls == 3 and backbone.graph_skips == 2
     for name, grad in reference.items():
         torch.testing.assert_close(dict(model.named_parameters())[name].grad, grad, atol=1e-5, rtol=1e-5)
 
@@ -587,11 +587,11 @@ def test_compiled_functions_fall_back_to_eager_when_torch_stops_compiling(caplog
 # -- held-out evaluation on the sampler ---------------------------------------------------------------------------
 
 
-def test_held_out_evaluation_on_the_sampler_matches_generate(tiny_model: Path) -> None:
+def test_held_out_evaluation_on_the_sampler_matches_generate(tiny_model: Path, caplog: Any) -> None:
     """Greedy evaluation decoded by the sampler gives model.generate's completions: chat prompts of five lengths in
-    batches of two (the last one filled up), rows ending at EOS on different steps, and weights lent by a fast
-    trainer that went stale when the adapter moved."""
-    from nodus.trainer.evaluate import generate_greedy, greedy_sampler
+    batches of two (the last one filled up), rows ending at EOS on different steps, a generation config's
+    min_new_tokens, and weights lent by a fast trainer that went stale when the adapter moved."""
+    from nodus.trainer.evaluate import generate_greedy, greedy_completions, greedy_sampler
     from nodus.trainer.models import load_model_and_tokenizer, resolve_model
 
     model, tokenizer = load_model_and_tokenizer(resolve_model(str(tiny_model)))
@@ -626,18 +626,41 @@ def test_held_out_evaluation_on_the_sampler_matches_generate(tiny_model: Path) -
 
     expected = generate_greedy(model, tokenizer, messages, limit, batch_size=2)
     assert len(set(expected)) > 2, "degenerate completions would make the comparison vacuous"
-    assert generate_greedy(model, tokenizer, messages, limit, batch_size=2, fast=True) == expected
-    assert generate_greedy(model, tokenizer, messages, limit, batch_size=2, fast=True, weights=lent) == expected
+    with caplog.at_level("INFO", logger="nodus.trainer.evaluate"):
+        assert generate_greedy(model, tokenizer, messages, limit, batch_size=2, fast=True) == expected
+        assert generate_greedy(model, tokenizer, messages, limit, batch_size=2, fast=True, weights=lent) == expected
+        model.generation_config.min_new_tokens = 3  # generate applies it when greedy too: so must the sampler
+        held = generate_greedy(model, tokenizer, messages, limit, batch_size=2)
+        assert held != expected, "min_new_tokens must change some completion for this check to mean anything"
+        assert generate_greedy(model, tokenizer, messages, limit, batch_size=2, fast=True) == held
+        assert greedy_completions(model, tokenizer, [], limit, batch_size=2, fast=True) == []
+    # The sampler decoded every fast=True call above: a fallback to model.generate would have said so.
+    assert [r.getMessage() for r in caplog.records if r.name == "nodus.trainer.evaluate"] == []
 
 
-def test_held_out_evaluation_falls_back_to_generate_and_says_why(caplog: Any) -> None:
+def test_held_out_evaluation_falls_back_to_generate_and_says_why_once(caplog: Any) -> None:
+    """Settings model.generate applies even when greedy, and the sampler does not, send evaluation to generate."""
+    from nodus.trainer import evaluate
     from nodus.trainer.evaluate import greedy_sampler
 
-    model = tiny_model("qwen3")
-    model.generation_config.repetition_penalty = 1.2  # generate would apply it even when greedy
-    with caplog.at_level("INFO", logger="nodus.trainer.evaluate"):
-        assert greedy_sampler(model, word_tokenizer(VOCAB), 8) is None
-    assert "Held-out evaluation uses model.generate: repetition_penalty != 1." in caplog.text
+    evaluate._said.clear()  # this process may have said some reason already
+    tokenizer = word_tokenizer(VOCAB)
+    with caplog.at_level("WARNING", logger="nodus.trainer.evaluate"):
+        model = tiny_model("qwen3")
+        model.generation_config.repetition_penalty = 1.2
+        assert greedy_sampler(model, tokenizer, 8) is None
+        assert greedy_sampler(model, tokenizer, 8) is None  # the baseline and the final evaluation: said once
+        model = tiny_model("qwen3")
+        model.generation_config.no_repeat_ngram_size = 2
+        assert greedy_sampler(model, tokenizer, 8) is None
+        model.generation_config.no_repeat_ngram_size = 0  # written out by older configs, and off
+        model.generation_config.forced_eos_token_id = 0  # a token id: 0 is not "off"
+        assert greedy_sampler(model, tokenizer, 8) is None
+    assert [r.getMessage() for r in caplog.records] == [
+        "Held-out evaluation decodes with model.generate (slower): repetition_penalty != 1.",
+        "Held-out evaluation decodes with model.generate (slower): generation_config.no_repeat_ngram_size=2.",
+        "Held-out evaluation decodes with model.generate (slower): generation_config.forced_eos_token_id=0.",
+    ]
 
 
 def _breaks_the_graph(x: Any) -> Any:

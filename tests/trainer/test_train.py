@@ -265,6 +265,7 @@ def test_fast_path_on_the_cpu_evaluates_exactly_as_model_generate(tiny_model: Pa
 
     fast, fast_completions = run("on")
     assert "fast path: rollouts static-cache sampler, training forward written-out" in fast.stderr
+    assert "model.generate" not in fast.stderr, "every evaluation must have been decoded by the sampler"
     slow, slow_completions = run("off")
     assert "fast path:" not in slow.stderr
     assert fast_completions == slow_completions
