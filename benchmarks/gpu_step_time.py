@@ -46,7 +46,8 @@ CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
 COMPILE_OPTIONS: dict[str, dict[str, Any]] = {
     "stack": {"compile_stack": True},
     "autotune": {"compile_mode": "max-autotune-no-cudagraphs"},
-    "graphs": {"training_graphs": True},  # the training forward/backward replayed as CUDA graphs (not yet measured)
+    # The training forward/backward and the rollouts' prefill replayed as CUDA graphs (not yet measured on a GPU).
+    "graphs": {"training_graphs": True, "prefill_graphs": True},
 }
 REQUIRED = ("torch", "transformers", "peft", "accelerate", "trl", "datasets")
 
@@ -389,6 +390,7 @@ def run_path(
     compile_options = {k: v for option in options for k, v in COMPILE_OPTIONS.get(option, {}).items()}
     if compile_options.get("training_graphs") and not torch.cuda.is_available():
         compile_options["training_graphs"] = "emulate"  # the graphs' bookkeeping, run eagerly (SMOKE on a CPU)
+        compile_options["prefill_graphs"] = False  # a CPU has no CUDA graphs (the decode step runs eagerly too)
     trainer_class = make_trainer_class(
         fast=engine != "stock",
         compile_layers=engine == "fast-compiled",
@@ -445,6 +447,10 @@ def run_path(
     if trainer._sampler is not None:
         row["cuda_graph"] = trainer._sampler.use_cuda_graph and trainer._sampler.capture_error is None
         row["capture_error"] = trainer._sampler.capture_error
+        if trainer._sampler.prefill_graphs:
+            state = trainer._sampler._state
+            row["prefill_graphs"] = sorted(state.prefill_graphs) if state is not None else []
+            row["prefill_graph_error"] = trainer._sampler.prefill_graph_error
     if engine != "stock" and torch.cuda.is_available():
         row["decode_timing"] = decode_timing(trainer)
     if check_fidelity and engine != "stock":

@@ -448,6 +448,7 @@ class StaticCacheSampler:
         compile_mode: str | None = None,
         check_every: int = 16,
         weights: FastWeights | None = None,
+        prefill_graphs: bool = False,
     ) -> None:
         self.sampling = sampling
         self.pad_token_id = pad_token_id
@@ -467,6 +468,11 @@ class StaticCacheSampler:
         self.layer_fn = compile_shape_static(_layer_forward, compile_mode) if per_layer else None
         self.stack_fn = compile_shape_static(_decoder_stack, compile_mode) if compile_stack else None
         self.prefill_fn = compile_shape_static(_prefill_layer, compile_mode) if compile_layers else None
+        # prefill_graphs: the prefill of each prompt length also replayed as a CUDA graph (in the decode graph's
+        # memory pool). It is a few hundred launches per rollout (16 ms for Qwen3-0.6B on an H200, run 4); off until
+        # benchmarks/gpu_step_time.py `+graphs` has measured it.
+        self.prefill_graphs = prefill_graphs
+        self.prefill_graph_error: str | None = None
         self._eos = torch.tensor(sampling.eos_token_ids or [-1], device=self.device)
         self._has_eos = bool(sampling.eos_token_ids)
         self._state: _DecodeState | None = None
@@ -533,6 +539,8 @@ class _DecodeState:
         self.out_tokens = torch.zeros(batch, n_new, dtype=torch.long, device=device)
         self.out_logprobs = torch.zeros(batch, n_new, dtype=torch.float32, device=device)
         self.graph: torch.cuda.CUDAGraph | None = None
+        # Prompt length -> (graph, static tokens, static pad counts); see StaticCacheSampler's prefill_graphs.
+        self.prefill_graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
         if sampler.use_cuda_graph:
             try:
                 self._capture()
@@ -643,6 +651,44 @@ class _DecodeState:
         padded = [[sampler.pad_token_id] * (length - len(p)) + list(p) for p in prompts]
         tokens = torch.tensor(padded, dtype=torch.long, device=device)
         pads = torch.tensor([length - len(p) for p in prompts], device=device)
+        if self.graph is not None and sampler.prefill_graphs and sampler.prefill_graph_error is None:
+            captured = self.prefill_graphs.get(length) or self._capture_prefill(tokens, pads)
+            if captured is not None:
+                graph, static_tokens, static_pads = captured
+                static_tokens.copy_(tokens)
+                static_pads.copy_(pads)
+                graph.replay()
+                return
+        self._prefill(tokens, pads)
+
+    def _capture_prefill(
+        self, tokens: torch.Tensor, pads: torch.Tensor
+    ) -> tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor] | None:
+        assert self.graph is not None
+        static_tokens, static_pads = tokens.clone(), pads.clone()
+        try:
+            # Warm up on a side stream (compiles the prefill for this length), then capture into the decode graph's
+            # pool: prefill and decode replays never overlap, so their temporaries may share memory.
+            stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream), torch.no_grad():
+                self._prefill(static_tokens, static_pads)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.graph.pool()), torch.no_grad():
+                self._prefill(static_tokens, static_pads)
+        except RuntimeError as error:
+            # Still correct without it, only slower: say so once, and prefill eagerly from now on.
+            self.sampler.prefill_graph_error = f"{type(error).__name__}: {error}"[:500]
+            log.warning("CUDA graph capture of the prefill failed, prefilling eagerly: %s", error)
+            return None
+        self.prefill_graphs[tokens.shape[1]] = (graph, static_tokens, static_pads)
+        return self.prefill_graphs[tokens.shape[1]]
+
+    def _prefill(self, tokens: torch.Tensor, pads: torch.Tensor) -> None:
+        """The prefill on the device, from left-padded tokens [B, T] and each row's pad count [B] (no host sync)."""
+        sampler, device = self.sampler, self.sampler.device
+        length = tokens.shape[1]
         columns = torch.arange(length, device=device)
         valid = columns[None] >= pads[:, None]  # [B, T]
         positions = (columns[None] - pads[:, None]).clamp(min=0)

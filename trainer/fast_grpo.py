@@ -38,11 +38,13 @@ class FastGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         compile_stack: bool = False,
         compile_mode: str | None = None,
         training_graphs: bool | str = False,
+        prefill_graphs: bool = False,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
         self.fast_generation = fast_generation
         self.training_graphs = training_graphs
+        self.prefill_graphs = prefill_graphs
         self.compile_layers = compile_layers
         self.compile_options: dict[str, Any] = {"compile_stack": compile_stack, "compile_mode": compile_mode}
         self.generation_times: list[float] = []
@@ -115,6 +117,7 @@ class FastGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
                 pad_token_id=self._tokenizer.pad_token_id,
                 compile_layers=self.compile_layers,
                 weights=self._weights,
+                prefill_graphs=self.prefill_graphs,
                 **self.compile_options,
             )
             self._sampler_step = self.state.global_step
