@@ -9,6 +9,7 @@ cost cap, in the order a reader expects:
 from __future__ import annotations
 
 import gc
+import importlib.util
 import shutil
 import time
 import warnings
@@ -449,6 +450,22 @@ def check_supported(job: TrainingJob, function_environment: bool = False) -> Non
         fsdp_processes(job)
     if job.spec.parameters.method == "QLoRA":
         require_nf4_device()
+    if job.spec.parameters.trl.get("use_vllm"):
+        require_vllm()
+
+
+def require_vllm() -> None:
+    """TRL's vLLM generation (--trl use_vllm=true) imports vLLM only after the baseline evaluation: check now."""
+    missing = []
+    if importlib.util.find_spec("vllm") is None:
+        missing.append("vLLM, which is not installed (pip install 'nodus[vllm]'; its wheels pin torch and CUDA)")
+    if not torch.cuda.is_available():
+        missing.append("a CUDA GPU, and none is available")
+    if missing:
+        raise InvalidJobSpec(
+            f"spec.parameters.trl.use_vllm needs {' and '.join(missing)}; remove --trl use_vllm=true to generate "
+            "with nodus' fast path (on a GPU) or model.generate"
+        )
 
 
 def baseline_evaluation(

@@ -350,6 +350,13 @@ def test_identical_rewards_are_diagnosed(tiny_model: Path, tmp_path: Path) -> No
             "grpo: error: spec.parameters.trl.loss_type is set by spec.parameters.lossType (--loss-type); set it "
             "there, not through trl",
         ),
+        (
+            # TRL would import vLLM only after the baseline evaluation, and fail with a traceback.
+            ["--trl", "use_vllm=true"],
+            "grpo: error: spec.parameters.trl.use_vllm needs vLLM, which is not installed (pip install 'nodus[vllm]'; "
+            "its wheels pin torch and CUDA) and a CUDA GPU, and none is available; remove --trl use_vllm=true to "
+            "generate with nodus' fast path (on a GPU) or model.generate",
+        ),
         (["--model", "hf://Qwen/Qwen3-0.6B"], None),
     ],
 )
