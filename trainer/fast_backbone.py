@@ -24,7 +24,16 @@ from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
-from nodus.trainer.fast_generation import FastWeights, _heads, _Projection, _rms_norm, _Shape, compile_shape_static
+from nodus.trainer.fast_generation import (
+    FastWeights,
+    _heads,
+    _Projection,
+    _rms_norm,
+    _Shape,
+    compile_shape_static,
+    graph_capture,
+    side_stream,
+)
 from torch.utils.checkpoint import checkpoint
 
 log = logging.getLogger(__name__)
@@ -165,22 +174,19 @@ class _GraphedStack:
         return torch.autograd.grad(out, self.params, grad_out, allow_unused=True)
 
     def _capture(self, pool: Any) -> None:
-        # Warm up on a side stream (compilation, cuBLAS and cuDNN handles), as torch.cuda.graphs asks.
-        stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream), torch.enable_grad():
+        # Warm up (compilation, cuBLAS and cuDNN handles) before capturing.
+        with side_stream(), torch.enable_grad():
             for _ in range(2):
                 out = self.run(*self.static_in)
                 self._grads(out, torch.ones_like(out))
                 del out
-        torch.cuda.current_stream().wait_stream(stream)
         self.forward_graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.forward_graph, pool=pool), torch.enable_grad():
+        with graph_capture(self.forward_graph, pool=pool), torch.enable_grad():
             static_out: torch.Tensor = self.run(*self.static_in)
         self.static_out = static_out
         self.static_grad_out = torch.empty_like(static_out)
         self.backward_graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.backward_graph, pool=pool):
+        with graph_capture(self.backward_graph, pool=pool):
             self.static_grads = self._grads(static_out, self.static_grad_out)
 
     def forward(self, inputs: list[torch.Tensor | None]) -> torch.Tensor:

@@ -18,6 +18,8 @@ weights) is reported by `unsupported_reason` and the caller falls back to `model
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -328,6 +330,39 @@ def _decoder_stack(
 
 
 PROMPT_BUCKET = 64  # compiled prefill: prompts are left-padded to a multiple of this, one compilation per bucket
+MAX_PREFILL_GRAPHS = 8  # captured prompt lengths per decode state; other lengths prefill without a graph
+
+
+@contextmanager
+def side_stream() -> Iterator[None]:
+    """Run the body on a fresh stream (the warm-up before a capture, as torch.cuda.graphs asks); the caller's stream
+    waits for it even when the body raises, so nothing that follows overlaps a half-finished warm-up."""
+    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+    stream.wait_stream(torch.cuda.current_stream())
+    try:
+        with torch.cuda.stream(stream):
+            yield
+    finally:
+        torch.cuda.current_stream().wait_stream(stream)
+
+
+@contextmanager
+def graph_capture(graph: torch.cuda.CUDAGraph, pool: Any = None) -> Iterator[None]:
+    """torch.cuda.graph that leaves the caller's stream current and names the real cause when a capture fails.
+
+    When ending a capture raises (something inside invalidated it), torch's context manager skips restoring the
+    caller's stream, and its error ("operation failed due to a previous error during capture") hides the cause,
+    which Python keeps as __context__."""
+    previous = torch.cuda.current_stream()
+    try:
+        with torch.cuda.graph(graph, pool=pool):
+            yield
+    except RuntimeError as error:
+        torch.cuda.set_stream(previous)
+        cause = error.__context__
+        if isinstance(cause, Exception):
+            raise RuntimeError(f"CUDA graph capture failed: {type(cause).__name__}: {cause}") from cause
+        raise
 RECOMPILE_LIMIT = 64  # compilations per function (torch's default, 8, is a hard failure with fullgraph=True)
 
 
@@ -484,7 +519,8 @@ class StaticCacheSampler:
     # ---- sampling ----
     def generate(self, prompts: list[list[int]]) -> Rollout:
         batch, prompt_len = len(prompts), max(len(p) for p in prompts)
-        if self.prefill_fn is not None:
+        if self.prefill_fn is not None or self.prefill_graphs:
+            # One compilation, and one prefill graph, per bucket of prompt lengths rather than per length.
             prompt_len = -(-prompt_len // PROMPT_BUCKET) * PROMPT_BUCKET
         capacity = prompt_len + self.sampling.max_new_tokens
         state = self._state
@@ -623,20 +659,18 @@ class _DecodeState:
         self.step += 1
 
     def _capture(self) -> None:
-        # Warm up on a side stream (cuBLAS handles, compiled kernels) before capturing, as torch.cuda.graphs asks.
-        stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream), torch.no_grad():
+        # Warm up (cuBLAS handles, compiled kernels) before capturing.
+        with side_stream(), torch.no_grad():
             for _ in range(2):
                 self.slot.zero_()
                 self.step.zero_()
                 self._decode_step()
-        torch.cuda.current_stream().wait_stream(stream)
         self.slot.zero_()
         self.step.zero_()
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph), torch.no_grad():
+        graph = torch.cuda.CUDAGraph()
+        with graph_capture(graph), torch.no_grad():
             self._decode_step()
+        self.graph = graph
 
     def decode(self) -> None:
         if self.graph is not None:
@@ -652,7 +686,9 @@ class _DecodeState:
         tokens = torch.tensor(padded, dtype=torch.long, device=device)
         pads = torch.tensor([length - len(p) for p in prompts], device=device)
         if self.graph is not None and sampler.prefill_graphs and sampler.prefill_graph_error is None:
-            captured = self.prefill_graphs.get(length) or self._capture_prefill(tokens, pads)
+            captured = self.prefill_graphs.get(length)
+            if captured is None and len(self.prefill_graphs) < MAX_PREFILL_GRAPHS:
+                captured = self._capture_prefill(tokens, pads)
             if captured is not None:
                 graph, static_tokens, static_pads = captured
                 static_tokens.copy_(tokens)
@@ -667,15 +703,12 @@ class _DecodeState:
         assert self.graph is not None
         static_tokens, static_pads = tokens.clone(), pads.clone()
         try:
-            # Warm up on a side stream (compiles the prefill for this length), then capture into the decode graph's
-            # pool: prefill and decode replays never overlap, so their temporaries may share memory.
-            stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream), torch.no_grad():
+            # Warm up (compiles the prefill for this length), then capture into the decode graph's pool: prefill and
+            # decode replays never overlap, so their temporaries may share memory.
+            with side_stream(), torch.no_grad():
                 self._prefill(static_tokens, static_pads)
-            torch.cuda.current_stream().wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.graph.pool()), torch.no_grad():
+            with graph_capture(graph, pool=self.graph.pool()), torch.no_grad():
                 self._prefill(static_tokens, static_pads)
         except RuntimeError as error:
             # Still correct without it, only slower: say so once, and prefill eagerly from now on.
