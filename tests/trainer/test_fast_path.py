@@ -291,6 +291,24 @@ def test_backbone_matches_model_forward_and_gradients(padded: bool, graphs: bool
     assert backbone.calls == 2
 
 
+def reference_grads_then_emulated_backbone(model: Any, loss: Any) -> tuple[dict[str, Any], FastBackbone]:
+    """The gradients of `loss()` through the model's own forward, then (gradients zeroed) a backbone installed that
+    runs the CUDA-graph path's bookkeeping eagerly ("emulate")."""
+    loss().backward()
+    reference = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    backbone = FastBackbone(FastWeights(model), cuda_graphs="emulate")
+    backbone.install()
+    return reference, backbone
+
+
+def assert_grads(model: Any, reference: dict[str, Any], scale: float = 1.0) -> None:
+    params = dict(model.named_parameters())
+    assert reference
+    for name, grad in reference.items():
+        torch.testing.assert_close(params[name].grad, scale * grad, atol=1e-5, rtol=1e-5, msg=name)
+
+
 def test_backbone_graph_path_survives_two_forwards_before_a_backward() -> None:
     """Two training forwards, then one backward over both: the second runs plainly (the first one's activations
     live in the graph), and the gradients are those of the model's own forward."""
@@ -303,19 +321,14 @@ def test_backbone_graph_path_survives_two_forwards_before_a_backward() -> None:
         second = model(input_ids=ids.flip(1)).logits.float().log_softmax(-1)[..., 5].sum()
         return first + 2 * second
 
-    loss().backward()
-    reference = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    model.zero_grad(set_to_none=True)
-    backbone = FastBackbone(FastWeights(model), cuda_graphs="emulate")
-    backbone.install()
+    reference, backbone = reference_grads_then_emulated_backbone(model, loss)
     try:
         loss().backward()
         loss().backward()  # accumulates: the graph path's gradients must not alias the previous .grad
     finally:
         backbone.uninstall()
     assert backbone.graph_calls == 2 and backbone.calls == 4
-    for name, grad in reference.items():
-        torch.testing.assert_close(dict(model.named_parameters())[name].grad, 2 * grad, atol=1e-5, rtol=1e-5)
+    assert_grads(model, reference, scale=2.0)
 
 
 def test_backbone_graphs_of_two_lengths_are_never_pending_together() -> None:
@@ -331,11 +344,7 @@ def test_backbone_graphs_of_two_lengths_are_never_pending_together() -> None:
         second = model(input_ids=long).logits.float().log_softmax(-1)[..., 5].sum()
         return first + 2 * second
 
-    loss().backward()
-    reference = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    model.zero_grad(set_to_none=True)
-    backbone = FastBackbone(FastWeights(model), cuda_graphs="emulate")
-    backbone.install()
+    reference, backbone = reference_grads_then_emulated_backbone(model, loss)
     try:
         loss().backward()
         assert backbone.graph_calls == 1 and len(backbone._graphs) == 1
@@ -346,8 +355,7 @@ def test_backbone_graphs_of_two_lengths_are_never_pending_together() -> None:
     finally:
         backbone.uninstall()
     assert backbone.graph_calls == 3 and backbone.graph_skips == 2
-    for name, grad in reference.items():
-        torch.testing.assert_close(dict(model.named_parameters())[name].grad, grad, atol=1e-5, rtol=1e-5)
+    assert_grads(model, reference)
 
 
 def test_backbone_graph_is_reused_after_a_forward_whose_backward_never_comes() -> None:
@@ -361,11 +369,7 @@ def test_backbone_graph_is_reused_after_a_forward_whose_backward_never_comes() -
     def loss() -> Any:
         return model(input_ids=ids).logits.float().log_softmax(-1)[..., 3].sum()
 
-    loss().backward()
-    reference = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    model.zero_grad(set_to_none=True)
-    backbone = FastBackbone(FastWeights(model), cuda_graphs="emulate")
-    backbone.install()
+    reference, backbone = reference_grads_then_emulated_backbone(model, loss)
     try:
         dropped = loss()
         del dropped  # no backward will ever come for it
@@ -376,8 +380,7 @@ def test_backbone_graph_is_reused_after_a_forward_whose_backward_never_comes() -
         backbone.uninstall()
     assert backbone.graph_calls == 3, "the abandoned forward must not keep the graph busy"
     assert len(backbone._graphs) == 2  # one without autocast, one under bf16 autocast
-    for name, grad in reference.items():
-        torch.testing.assert_close(dict(model.named_parameters())[name].grad, grad, atol=1e-5, rtol=1e-5)
+    assert_grads(model, reference)
 
 
 def test_backbone_steps_aside_when_the_adapter_is_disabled() -> None:
