@@ -163,12 +163,9 @@ def decode_timing(trainer: Any) -> dict[str, Any]:
     sampler = trainer._sampler
     if sampler is None or sampler._state is None:
         return {}
-    from nodus.trainer.fast_generation import PROMPT_BUCKET
-
     state = sampler._state
     prompts = [list(range(10, 10 + 96))] * state.batch
-    # The prompt length the rollouts prefilled (bucketed when compiled): another length would compile anew.
-    length = -(-96 // PROMPT_BUCKET) * PROMPT_BUCKET if sampler.prefill_fn is not None else 96
+    length = sampler.prompt_length(96)  # what the rollouts prefilled: another length would compile (and capture) anew
     times: dict[str, list[float]] = {"prefill_ms": [], "decode_ms_per_token": [], "generate_ms": []}
     for _ in range(5):
         torch.cuda.synchronize()

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 
+def first_line(error: BaseException, limit: int = 300) -> str:
+    """The first line of an error's message, at most `limit` characters: what failed, for a one-line report."""
+    return (str(error).strip().splitlines() or [""])[0][:limit]
+
+
 class NodusError(Exception):
     """A mistake in what the user asked for. ``str(error)`` is one line: what was wrong and the fix."""
 

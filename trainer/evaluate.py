@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from nodus.core.environment import Environment, Task
+from nodus.core.errors import first_line
 from nodus.core.grading import Grader
 from pydantic import BaseModel
 
@@ -192,11 +193,11 @@ def _sampler_greedy(
             completions.extend(tokenizer.batch_decode(ids, skip_special_tokens=True))
         return completions
     except Exception as error:  # model.generate is the reference: an evaluation is never lost to us
-        first_line = (str(error).strip().splitlines() or [""])[0][:300]
         if isinstance(error, torch.OutOfMemoryError):
             why = "ran out of GPU memory (it adds a KV cache and, before training, a fused copy of the weights)"
         else:
-            why = f"failed ({type(error).__name__}: {first_line}); please report this with the model's config.json"
+            cause = f"{type(error).__name__}: {first_line(error)}"
+            why = f"failed ({cause}); please report this with the model's config.json"
         log.warning("The fast sampler %s; held-out evaluation decodes with model.generate instead (slower).", why)
         return None
     finally:

@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
+from nodus.core.errors import first_line
 from torch import nn
 
 log = logging.getLogger(__name__)
@@ -390,9 +391,8 @@ def compile_shape_static(fn: Any, mode: str | None = None) -> Any:
                 if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
                     raise
                 state["eager"] = True
-                first_line = (str(error).strip().splitlines() or [""])[0][:300]
                 log.warning("%s could not be compiled (%s: %s); running it uncompiled", fn.__name__,
-                            type(error).__name__, first_line)
+                            type(error).__name__, first_line(error))
         return fn(*args)
 
     return call
@@ -516,12 +516,16 @@ class StaticCacheSampler:
     def refresh(self) -> None:
         self.weights.refresh()
 
+    def prompt_length(self, longest: int) -> int:
+        """The length prompts are left-padded to: compiled or graph-replayed prefills round it up to a bucket, so that
+        one compilation and one prefill graph serve a bucket of lengths rather than each length."""
+        if self.prefill_fn is not None or self.prefill_graphs:
+            return -(-longest // PROMPT_BUCKET) * PROMPT_BUCKET
+        return longest
+
     # ---- sampling ----
     def generate(self, prompts: list[list[int]]) -> Rollout:
-        batch, prompt_len = len(prompts), max(len(p) for p in prompts)
-        if self.prefill_fn is not None or self.prefill_graphs:
-            # One compilation, and one prefill graph, per bucket of prompt lengths rather than per length.
-            prompt_len = -(-prompt_len // PROMPT_BUCKET) * PROMPT_BUCKET
+        batch, prompt_len = len(prompts), self.prompt_length(max(len(p) for p in prompts))
         capacity = prompt_len + self.sampling.max_new_tokens
         state = self._state
         if state is None or state.batch != batch or state.capacity < capacity:

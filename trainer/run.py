@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 from nodus.core.environment import Environment, Task
-from nodus.core.errors import NodusError
+from nodus.core.errors import NodusError, first_line
 from nodus.core.grading import Grader
 from nodus.core.registry import get_registry
 from nodus.trainer.callbacks import CostMeter, RunCallback, format_duration
@@ -183,7 +183,7 @@ def record_failure(
     if now is not None and now != previous and now.get("status") in FINISHED:
         return f"stopped after {run.results} was written (status {now['status']}): it stands"
     checkpoints = run.complete_checkpoints()
-    message = (str(error).strip().splitlines() or [""])[0][:500]
+    message = first_line(error, 500)
     baseline = Evaluation.model_validate(read_json(run.baseline)) if run.baseline.exists() else None
     metrics = run.read_metrics()
     last = checkpoints[-1].name if checkpoints else None
