@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import click
-from nodus.core.environment import DEFAULT_HELD_OUT_TASKS, DEFAULT_TRAIN_TASKS, Environment, Task
+from nodus.core.environment import (
+    DEFAULT_HELD_OUT_TASKS,
+    DEFAULT_TRAIN_TASKS,
+    MAX_HELD_OUT_TASKS,
+    MAX_SEED,
+    MAX_TRAIN_TASKS,
+    Environment,
+    Task,
+)
 from nodus.core.errors import NodusError
 from nodus.core.grading import Grader, grade_completions
 from nodus.core.registry import Registry, get_registry
@@ -38,6 +46,8 @@ def parse_params(pairs: tuple[str, ...], flag: str = "--param") -> dict[str, Any
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             fail(f"{flag} {pair!r} is not key=value; write e.g. {flag} {example}")
+        if key.strip() in params:
+            fail(f"{flag} {key.strip()} is given twice; give each key once")
         try:
             params[key.strip()] = json.loads(value)
         except ValueError:
@@ -78,9 +88,37 @@ env_option = click.option("--env", "env_text", required=True, help="Environment 
 param_option = click.option(
     "--param", "params", multiple=True, metavar="KEY=VALUE", help="Environment parameter (repeatable)."
 )
-seed_option = click.option("--seed", type=int, default=42, show_default=True, help="Seed of the task stream.")
+seed_option = click.option(
+    "--seed", type=click.IntRange(0, MAX_SEED), default=42, show_default=True, help="Seed of the task stream."
+)
 split_option = click.option("--split", type=click.Choice(["train", "heldout"]), required=True, help="Which split.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+
+
+def split_size_options(command: Any) -> Any:
+    """--train-tasks and --held-out-tasks, with the bounds grpo train has."""
+    held_out = click.option(
+        "--held-out-tasks",
+        type=click.IntRange(0, MAX_HELD_OUT_TASKS),
+        default=DEFAULT_HELD_OUT_TASKS,
+        show_default=True,
+        help="Size of the held-out split.",
+    )
+    train = click.option(
+        "--train-tasks",
+        type=click.IntRange(0, MAX_TRAIN_TASKS),
+        default=DEFAULT_TRAIN_TASKS,
+        show_default=True,
+        help="Size of the train split.",
+    )
+    return train(held_out(command))
+
+
+def split_size(split: str, train_tasks: int, held_out_tasks: int) -> tuple[int, str]:
+    """The split's size and the flag that sets it."""
+    return (train_tasks, "--train-tasks") if split == "train" else (held_out_tasks, "--held-out-tasks")
+
+
 sandbox_option = click.option(
     "--sandbox",
     type=click.Choice(["nsjail", "none"]),
@@ -98,6 +136,7 @@ limit_option = click.option(
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="nodus", prog_name="grpo", message="%(prog)s (nodus) %(version)s")
 def cli() -> None:
     """nodus: GRPO training on tasks whose answers a program can check."""
 
@@ -147,8 +186,7 @@ def envs(env_text: str | None, as_json: bool) -> None:
 @seed_option
 @split_option
 @click.option("-n", "count", type=click.IntRange(min=0), default=None, help="How many tasks (default: all).")
-@click.option("--train-tasks", type=click.IntRange(min=0), default=DEFAULT_TRAIN_TASKS, show_default=True)
-@click.option("--held-out-tasks", type=click.IntRange(min=0), default=DEFAULT_HELD_OUT_TASKS, show_default=True)
+@split_size_options
 @param_option
 @json_option
 def tasks(
@@ -163,9 +201,8 @@ def tasks(
 ) -> None:
     """Print the tasks of a split."""
     env = resolve_environment(get_registry(), env_text, params)
-    size = train_tasks if split == "train" else held_out_tasks
+    size, flag = split_size(split, train_tasks, held_out_tasks)
     if count is not None and count > size:
-        flag = "--train-tasks" if split == "train" else "--held-out-tasks"
         fail(f"-n {count} is more than the {size} tasks of the {split} split; lower -n or raise {flag}")
     selected = split_tasks(env, split, seed, size if count is None else count)
     if as_json:
@@ -182,10 +219,11 @@ def tasks(
 @seed_option
 @split_option
 @click.option("--index", type=click.IntRange(min=0), required=True, help="Position of the task in its split.")
+@split_size_options
 @click.option(
     "--completion",
     "completion_file",
-    type=click.File("r"),
+    type=click.File("rb"),
     default=None,
     help="File with the completion, or - for stdin.",
 )
@@ -199,6 +237,8 @@ def grade(
     seed: int,
     split: str,
     index: int,
+    train_tasks: int,
+    held_out_tasks: int,
     completion_file: Any,
     reference: bool,
     sandbox: str,
@@ -209,9 +249,14 @@ def grade(
     """Grade one completion of one task."""
     if reference == (completion_file is not None):
         fail("give exactly one of --completion FILE (or - for stdin) and --reference")
+    size, flag = split_size(split, train_tasks, held_out_tasks)
+    if index >= size:
+        fail(f"--index {index} is past the {size} tasks of the {split} split; lower --index or raise {flag}")
+    completion = None if reference else read_completion(completion_file)
     env = resolve_environment(get_registry(), env_text, params)
     task = split_tasks(env, split, seed, index + 1)[index]
-    completion = env.reference(task) if reference else completion_file.read()
+    if completion is None:
+        completion = env.reference(task)
     outcome = grade_completions(env, [(task, completion)], sandbox=sandbox, limits=parse_params(limits, "--limit"))[0]  # type: ignore[arg-type]
     if as_json:
         print_json({"task": task.id, "env": task.env, **outcome})
@@ -223,6 +268,16 @@ def grade(
             click.echo(f"{task.env} {task.id}: infrastructure failure, not a score: {outcome['details']}")
     if outcome["status"] != "graded":
         sys.exit(1)
+
+
+def read_completion(file: Any) -> str:
+    """A completion file's text; one that is not UTF-8 is a user error, not a traceback."""
+    name = "standard input" if file.name == "<stdin>" else file.name
+    try:
+        text = str(file.read().decode("utf-8"))
+    except UnicodeDecodeError as error:
+        fail(f"the completion in {name} is not UTF-8 text (byte {error.start}); save it as UTF-8")
+    return text.replace("\r\n", "\n").replace("\r", "\n")  # as a text-mode read would: graders see \n only
 
 
 @cli.command()
@@ -290,6 +345,9 @@ def main(argv: list[str] | None = None) -> None:
         cli.main(args=argv, prog_name="grpo", standalone_mode=False)
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
+    except click.exceptions.NoArgsIsHelpError as error:  # bare `grpo`: the help, not an error
+        click.echo(error.ctx.get_help() if error.ctx else error.format_message())
+        sys.exit(0)
     except click.exceptions.Abort:
         click.echo("grpo: aborted", err=True)
         sys.exit(130)

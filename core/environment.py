@@ -23,6 +23,13 @@ SPLITS: tuple[Split, ...] = ("train", "heldout")
 
 DEFAULT_TRAIN_TASKS = 200
 DEFAULT_HELD_OUT_TASKS = 64
+# Split sizes a command accepts: generating a split is linear in its size, so a mistyped count would look like a
+# hang rather than an error.
+MAX_TRAIN_TASKS = 1_000_000
+MAX_HELD_OUT_TASKS = 100_000
+# Seeds are 0 .. 2**32 - 1 in every command: the run seeds numpy, torch and TRL with the same number, and numpy
+# accepts no other.
+MAX_SEED = 2**32 - 1
 
 # A drawn task belongs to the held-out split iff the hash of its prompt falls in the first
 # HELD_OUT_BUCKETS of 256 buckets. Deciding by content (not by index) makes the splits disjoint by

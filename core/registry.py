@@ -14,7 +14,7 @@ from typing import Any
 import pluggy
 from nodus.core.environment import Environment
 from nodus.core.errors import DuplicateEnvironment, PluginLoadError, UnknownEnvironment, UnknownVersion
-from nodus.core.ids import EnvId, distribution_name, format_env_id, parse_env_id
+from nodus.core.ids import DEFAULT_NAMESPACE, EnvId, distribution_name, format_env_id, parse_env_id
 from nodus.core.plugins import distribution_of, get_plugin_manager
 from pydantic import BaseModel
 
@@ -107,13 +107,18 @@ class Registry:
         names = sorted({format_env_id(key.unversioned) for key in self._specs})
         wanted = format_env_id(env_id.unversioned)
         close = difflib.get_close_matches(wanted, names, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
         installed = ", ".join(names) if names else "none"
         broken = "".join(f"; note: {error}" for error in self.load_errors)
-        return (
-            f"no environment named {wanted!r} is installed; {hint}installed: {installed}; "
-            f"to add it: pip install {distribution_name(env_id.name)}{broken}"
-        )
+        if close:  # most likely a typo: a pip line would name a distribution that may not exist (or a squatter's)
+            return (
+                f"no environment named {wanted!r} is installed; did you mean {close[0]!r}? installed: {installed}"
+                + broken
+            )
+        if env_id.namespace != DEFAULT_NAMESPACE:  # only nodus' own namespace follows the naming convention
+            fix = f"install the distribution that provides the {env_id.namespace!r} namespace"
+        else:
+            fix = f"to add it: pip install {distribution_name(env_id.name)}"
+        return f"no environment named {wanted!r} is installed; installed: {installed}; {fix}{broken}"
 
 
 def _spec_for(env_cls: Any, distribution: str) -> EnvironmentSpec:

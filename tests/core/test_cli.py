@@ -54,7 +54,7 @@ def test_unversioned_id_notes_the_version_chosen() -> None:
     assert "Vertices: 0, 1, 2" in result.stdout
 
 
-def test_unknown_name_suggests_the_closest_and_the_pip_line() -> None:
+def test_unknown_name_suggests_the_closest_and_no_pip_line() -> None:
     result = grpo("tasks", "--env", "graph-colorin@1", "--split", "heldout")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     line = result.stderr.strip()
@@ -62,7 +62,7 @@ def test_unknown_name_suggests_the_closest_and_the_pip_line() -> None:
         "grpo: error: no environment named 'graph-colorin' is installed; did you mean 'graph-coloring'? "
         "installed: graph-coloring, "
     )
-    assert line.endswith("; to add it: pip install nodus-env-graph-colorin")
+    assert "pip install" not in line  # nodus-env-graph-colorin does not exist: never advise installing it
 
 
 @pytest.mark.parametrize(
@@ -113,6 +113,35 @@ def test_unknown_name_suggests_the_closest_and_the_pip_line() -> None:
             ),
             "grpo grade: error: Invalid value for '--completion': '/nonexistent': No such file or directory "
             "(see 'grpo grade --help')",
+        ),
+        (
+            ("grade", "--env", "graph-coloring@1", "--split", "heldout", "--index", "64", "--reference"),
+            "grpo: error: --index 64 is past the 64 tasks of the heldout split; lower --index or raise "
+            "--held-out-tasks",
+        ),
+        (
+            ("tasks", "--env", "graph-coloring@1", "--split", "heldout", "--seed", "-1"),
+            "grpo tasks: error: Invalid value for '--seed': -1 is not in the range 0<=x<=4294967295. "
+            "(see 'grpo tasks --help')",
+        ),
+        (
+            ("tasks", "--env", "graph-coloring@1", "--split", "heldout", "--held-out-tasks", "100000000000"),
+            "grpo tasks: error: Invalid value for '--held-out-tasks': 100000000000 is not in the range 0<=x<=100000. "
+            "(see 'grpo tasks --help')",
+        ),
+        (
+            (
+                "tasks",
+                "--env",
+                "graph-coloring@1",
+                "--split",
+                "heldout",
+                "--param",
+                "num_vertices=12",
+                "--param",
+                "num_vertices=13",
+            ),
+            "grpo: error: --param num_vertices is given twice; give each key once",
         ),
     ],
 )
@@ -178,3 +207,29 @@ def test_sandbox_limits_can_be_overridden_and_are_checked() -> None:
         grpo(*args, "--limit", "wall"),
         "grpo: error: --limit 'wall' is not key=value; write e.g. --limit wall_time_s=30",
     )
+
+
+def test_a_completion_that_is_not_utf8_is_a_user_error(tmp_path: Path) -> None:
+    completion = tmp_path / "answer.bin"
+    completion.write_bytes(b"<answer>\xff\xfe</answer>")
+    args = ("grade", "--env", "graph-coloring@1", "--split", "heldout", "--index", "0", "--completion")
+    assert_user_error(
+        grpo(*args, str(completion)),
+        f"grpo: error: the completion in {completion} is not UTF-8 text (byte 8); save it as UTF-8",
+    )
+
+
+def test_a_completion_with_windows_line_ends_is_graded_as_text() -> None:
+    args = ("grade", "--env", "graph-coloring@1", "--split", "heldout", "--index", "0", "--completion", "-")
+    result = grpo(*args, "--json", stdin='<answer>{"0": 1}</answer>\r\n')
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["details"] == "missing vertex 1 and 8 more"
+
+
+def test_bare_grpo_prints_its_help_and_version_is_known() -> None:
+    result = grpo()
+    assert result.returncode == 0 and result.stderr == ""
+    assert result.stdout.startswith("Usage: grpo [OPTIONS] COMMAND [ARGS]...")
+    assert "train " in result.stdout and "error" not in result.stdout
+    version = grpo("--version")
+    assert version.returncode == 0 and version.stdout.startswith("grpo (nodus) ")

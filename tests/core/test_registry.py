@@ -17,12 +17,26 @@ def test_unversioned_id_resolves_to_newest_and_says_so(registry: Registry) -> No
     assert registry.resolve("test/echo@1").note is None
 
 
-def test_unknown_name_suggests_and_gives_pip_hint(registry: Registry) -> None:
+def test_unknown_name_suggests_the_closest_without_a_pip_line(registry: Registry) -> None:
+    # A typo: a pip line would name a distribution that need not exist (or that a squatter registered).
     with pytest.raises(UnknownEnvironment) as error:
         registry.resolve("test/ecco@1")
     assert str(error.value) == (
-        "no environment named 'test/ecco' is installed; did you mean 'test/echo'? installed: test/echo; "
-        "to add it: pip install nodus-env-ecco"
+        "no environment named 'test/ecco' is installed; did you mean 'test/echo'? installed: test/echo"
+    )
+
+
+def test_unknown_name_gives_the_pip_line_only_in_the_nodus_namespace(registry: Registry) -> None:
+    with pytest.raises(UnknownEnvironment) as error:
+        registry.resolve("sudoku@1")
+    assert str(error.value) == (
+        "no environment named 'sudoku' is installed; installed: test/echo; to add it: pip install nodus-env-sudoku"
+    )
+    with pytest.raises(UnknownEnvironment) as error:
+        registry.resolve("acme/sudoku@1")
+    assert str(error.value) == (
+        "no environment named 'acme/sudoku' is installed; installed: test/echo; install the distribution that "
+        "provides the 'acme' namespace"
     )
 
 
