@@ -54,6 +54,19 @@ def grade_job(payload: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def sandbox_limits(env: Environment, limits: Mapping[str, Any] | None) -> SandboxLimits:
+    """The environment's sandbox limits with the user's overrides; an invalid override is one line naming the
+    limits there are (checked by the dry run too, so a typo fails before a run is planned on it)."""
+    try:
+        return SandboxLimits.for_environment(env.sandbox_limits, limits)
+    except ValueError as error:
+        raise InvalidSandboxLimits(
+            f"{error}; the limits and their bounds are the fields of nodus.sandbox.SandboxLimits "
+            "(wall_time_s, cpu_time_s, memory_mb, max_processes, max_file_size_mb, max_output_bytes, tmpfs_mb, "
+            "max_open_files, max_details_chars)"
+        ) from None
+
+
 class Grader:
     """Grades completions of one environment through a pool of sandboxed workers.
 
@@ -72,16 +85,8 @@ class Grader:
             _IN_PROCESS[(env.id_text(), _params_key(env.params.model_dump(mode="json")))] = env
         else:
             require_installed(env)
-        try:
-            sandbox_limits = SandboxLimits.for_environment(env.sandbox_limits, limits)
-        except ValueError as error:
-            raise InvalidSandboxLimits(
-                f"{error}; the limits and their bounds are the fields of nodus.sandbox.SandboxLimits "
-                "(wall_time_s, cpu_time_s, memory_mb, max_processes, max_file_size_mb, max_output_bytes, tmpfs_mb, "
-                "max_open_files, max_details_chars)"
-            ) from None
         self.pool = GraderPool(
-            sandbox_limits,
+            sandbox_limits(env, limits),
             workers=workers,
             mode=sandbox,
             isolate_each_completion=env.isolate_each_completion,

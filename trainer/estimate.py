@@ -191,6 +191,8 @@ def read_config_file(path: Path, name: str) -> ModelShape:
         text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise ModelConfigError(f"cannot read {name}: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
+        raise ModelConfigError(f"{name} is not UTF-8 text (byte {error.start}); {MODEL_SOURCE_HINT}") from None
     try:
         config = json.loads(text)
     except ValueError as error:

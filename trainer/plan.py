@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import math
 from decimal import Decimal
 
+from nodus.core.environment import Environment
+from nodus.core.grading import sandbox_limits
 from nodus.core.registry import get_registry
 from nodus.trainer.estimate import JobSettings, estimate_memory, load_model_shape, parse_method
 from nodus.trainer.estimate_cli import format_table
 from nodus.trainer.pricing import GPU_PRICES, fits, lookup_gpu, project_cost
-from nodus.trainer.spec import TrainingJob, check_combinations
+from nodus.trainer.spec import TrainingJob, check_combinations, check_cost_cap_rate
 
 
 def planned_steps(job: TrainingJob) -> int:
@@ -21,25 +24,29 @@ def planned_steps(job: TrainingJob) -> int:
     return max(1, math.ceil(p.epochs * completions / p.batch_size))
 
 
-def prompt_tokens_estimate(job: TrainingJob) -> int:
+def prompt_tokens_estimate(env: Environment, job: TrainingJob) -> int:
     """A rough prompt length in tokens (4 characters a token) from the first held-out task."""
-    env_ref = job.spec.environment
-    env = get_registry().resolve(env_ref.name).spec.make(env_ref.params)
-    task = env.task("heldout", env_ref.seed, 0)
+    task = env.task("heldout", job.spec.environment.seed, 0)
     return max(1, sum(len(m["content"]) for m in env.prompt(task)) // 4 + 16)
 
 
 def dry_run(job: TrainingJob, gpu_name: str | None, rate: Decimal | None) -> str:
     from nodus.trainer.models import ModelNotAvailable, model_config_path, resolve_model
 
-    check_combinations(job)  # what the run would refuse at its start, the plan refuses too
+    # What the run would refuse at its start, the plan refuses too.
+    check_combinations(job)
+    check_cost_cap_rate(job, gpu_name is not None or rate is not None)
     spec, p = job.spec, job.spec.parameters
+    env = get_registry().resolve(spec.environment.name).spec.make(spec.environment.params)
+    sandbox_limits(env, spec.sandbox_limits)
     steps = planned_steps(job)
     fsdp = spec.distributed.strategy == "FSDP"
     gpus = (spec.distributed.processes or 1) if fsdp else 1
+    params = ", ".join(f"{key}={json.dumps(value)}" for key, value in env.params.model_dump(mode="json").items())
     lines = [
         f"plan for {job.name}: {spec.environment.name}, seed {spec.environment.seed}, "
-        f"{spec.environment.train_tasks} train / {spec.environment.held_out_tasks} held-out tasks",
+        f"{spec.environment.train_tasks} train / {spec.environment.held_out_tasks} held-out tasks"
+        + (f", parameters {params}" if params else ""),
         f"  model {spec.model.uri}, {p.method}"
         + (f" r={p.lora.r}" if p.method != "Full" else "")
         + f", {p.num_generations} generations of up to {p.max_completion_length} tokens, batch {p.batch_size}, "
@@ -47,7 +54,13 @@ def dry_run(job: TrainingJob, gpu_name: str | None, rate: Decimal | None) -> str
         f"  1. baseline evaluation on {spec.environment.held_out_tasks} held-out tasks (greedy), graded in "
         f"sandbox {spec.sandbox}",
         f"  2. {steps} GRPO steps, a checkpoint every {p.save_steps}"
-        + (f", FSDP over {spec.distributed.processes or 'every visible'} GPUs" if fsdp else ""),
+        + (
+            f", FSDP over {spec.distributed.processes} GPUs"
+            if fsdp and spec.distributed.processes
+            else ", FSDP over every GPU visible where it runs (set distributed.processes to plan for a number)"
+            if fsdp
+            else ""
+        ),
         "  3. final evaluation on the same held-out tasks; results.json, metrics.jsonl, reward.png",
         "",
     ]
@@ -67,7 +80,7 @@ def dry_run(job: TrainingJob, gpu_name: str | None, rate: Decimal | None) -> str
             beta=p.beta,
             num_generations=p.num_generations,
             max_completion_length=p.max_completion_length,
-            prompt_length=prompt_tokens_estimate(job),
+            prompt_length=prompt_tokens_estimate(env, job),
         )
         estimate = estimate_memory(shape, settings)
         lines += format_table(estimate)
@@ -90,8 +103,7 @@ def dry_run(job: TrainingJob, gpu_name: str | None, rate: Decimal | None) -> str
     lines.append(
         f"time and cost on {gpu.name}: {steps} steps x {gpu.seconds_per_step} s = {projection.seconds} s of training, "
         f"${projection.usd} at ${hourly}/h (step time and price as published on {gpu.as_of.isoformat()}; "
-        "evaluation time not included)"
-        + (f"; {gpus} GPUs" if gpus > 1 else "")
+        "evaluation time not included)" + (f"; {gpus} GPUs" if gpus > 1 else "")
     )
     if fsdp and spec.distributed.processes is None:
         lines.append("note: the cost is for one GPU; set distributed.processes to project the GPUs the run will use")

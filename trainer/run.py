@@ -38,6 +38,7 @@ from nodus.trainer.spec import (
     Parameters,
     TrainingJob,
     check_combinations,
+    check_cost_cap_rate,
     check_fsdp_share,
     check_trl_fields,
 )
@@ -99,11 +100,7 @@ def train(job: TrainingJob, options: RunOptions, environment: Environment | None
     heldout = env.tasks("heldout", spec.environment.seed, spec.environment.held_out_tasks)
     gpus = ranks.world if torch.cuda.is_available() else 1
     rate, table_step_seconds = hourly_rate(options, gpus)
-    if spec.max_cost_usd is not None and rate is None:
-        raise InvalidJobSpec(
-            "maxCostUSD needs an hourly rate to measure spend against: pass --gpu NAME (see 'grpo estimate --help') "
-            "or --gpu-rate USD_PER_HOUR"
-        )
+    check_cost_cap_rate(job, rate is not None)
     check_supported(job, function_environment=environment is not None)
     if spec.parameters.sft_warmup_steps:
         from nodus.trainer.sft import reference_answer

@@ -66,10 +66,12 @@ class RunDir:
 
         Refuses a directory that holds a run of a different spec, naming the first difference.
         """
+        if self.path.exists() and not self.path.is_dir():
+            raise RunDirectoryConflict(f"--output {self.path} is a file; pass a directory (a new one starts a run)")
         if self.job.exists():
             from nodus.trainer.spec import with_current_defaults
 
-            saved = with_current_defaults(read_json(self.job))
+            saved = with_current_defaults(self.saved_job())
             difference = first_difference(saved, canonical_job)
             if difference is not None:
                 raise RunDirectoryConflict(
@@ -83,6 +85,17 @@ class RunDir:
             )
         write_json_atomic(self.job, canonical_job)
         return False
+
+    def saved_job(self) -> dict[str, Any]:
+        """job.json as saved; a damaged one (or one nodus did not write) is named, never overwritten."""
+        fix = f"pass a new --output directory, or move {self.path} away to start fresh there"
+        try:
+            saved = read_json(self.job)
+        except (OSError, ValueError) as error:
+            raise RunDirectoryConflict(f"{self.job} cannot be read as JSON ({error}); {fix}") from None
+        if not (isinstance(saved, dict) and isinstance(saved.get("spec"), dict)):
+            raise RunDirectoryConflict(f"{self.job} is not a nodus job spec (no spec mapping); {fix}")
+        return saved
 
     def save_spec(self, canonical_job: dict[str, Any]) -> None:
         """Record the spec this attempt runs with (a changed resumable field, such as a raised cost cap)."""

@@ -10,12 +10,19 @@ import dataclasses
 import difflib
 import math
 import re
+import typing
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final, Literal
 
 import yaml
-from nodus.core.environment import DEFAULT_HELD_OUT_TASKS, DEFAULT_TRAIN_TASKS
+from nodus.core.environment import (
+    DEFAULT_HELD_OUT_TASKS,
+    DEFAULT_TRAIN_TASKS,
+    MAX_HELD_OUT_TASKS,
+    MAX_SEED,
+    MAX_TRAIN_TASKS,
+)
 from nodus.core.errors import NodusError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -28,13 +35,19 @@ class InvalidJobSpec(NodusError):
     """A job spec (file or flags) that fails validation."""
 
 
+# Bounds that keep a typo from planning a run of years (the plan and the cost meter do arithmetic on them).
+MAX_STEPS = 100_000_000
+MAX_EPOCHS = 10_000
+
+
 # TRL 1.x's GRPOConfig.loss_type values. TRL itself accepts any string and fails only at the first loss
 # computation, after the baseline evaluation: checked here, a typo fails before any work.
 LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "vespo"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    # inf is no setting anyone means (an infinite beta or number of epochs); nan fails every bound anyway.
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, allow_inf_nan=False)
 
 
 class ModelRef(_Strict):
@@ -46,9 +59,9 @@ class ModelRef(_Strict):
 
 class EnvironmentRef(_Strict):
     name: str = Field(description="Environment id, e.g. nodus/graph-coloring@1.")
-    train_tasks: int = Field(DEFAULT_TRAIN_TASKS, alias="trainTasks", ge=1, le=1_000_000)
-    held_out_tasks: int = Field(DEFAULT_HELD_OUT_TASKS, alias="heldOutTasks", ge=1, le=100_000)
-    seed: int = Field(42, ge=0)
+    train_tasks: int = Field(DEFAULT_TRAIN_TASKS, alias="trainTasks", ge=1, le=MAX_TRAIN_TASKS)
+    held_out_tasks: int = Field(DEFAULT_HELD_OUT_TASKS, alias="heldOutTasks", ge=1, le=MAX_HELD_OUT_TASKS)
+    seed: int = Field(42, ge=0, le=MAX_SEED)
     params: dict[str, Any] = Field(default_factory=dict, description="The environment's own parameters.")
 
 
@@ -64,15 +77,15 @@ class Parameters(_Strict):
     beta: float = Field(0.0, ge=0.0, description="KL penalty to the frozen reference; 0 loads no reference model.")
     max_completion_length: int = Field(64, alias="maxCompletionLength", ge=1, le=32768)
     lora: LoraParams = Field(default_factory=LoraParams)
-    save_steps: int = Field(25, alias="saveSteps", ge=1)
+    save_steps: int = Field(25, alias="saveSteps", ge=1, le=MAX_STEPS)
     batch_size: int = Field(8, alias="batchSize", ge=1, description="Completions per training step.")
     generation_batch_size: int | None = Field(
         None, alias="generationBatchSize", ge=1, description="Completions per generation round; default batchSize."
     )
     learning_rate: float = Field(5e-5, alias="learningRate", gt=0.0, le=1.0)
     temperature: float = Field(1.0, gt=0.0, le=10.0)
-    epochs: float = Field(1.0, gt=0.0)
-    max_steps: int | None = Field(None, alias="maxSteps", ge=1, description="Overrides epochs when set.")
+    epochs: float = Field(1.0, gt=0.0, le=MAX_EPOCHS)
+    max_steps: int | None = Field(None, alias="maxSteps", ge=1, le=MAX_STEPS, description="Overrides epochs when set.")
     loss_type: LossType = Field("dapo", alias="lossType", description="TRL's loss_type (GRPOConfig).")
     eval_batch_size: int = Field(16, alias="evalBatchSize", ge=1)
     fast_path: Literal["auto", "on", "off"] = Field(
@@ -92,6 +105,15 @@ class Parameters(_Strict):
         None, alias="sftLearningRate", gt=0.0, le=1.0, description="Default 2e-4 (LoRA, QLoRA) or 2e-5 (Full)."
     )
     trl: dict[str, Any] = Field(default_factory=dict, description="Any other GRPOConfig field, passed through.")
+
+    @model_validator(mode="after")
+    def _lora_settings_need_an_adapter(self) -> Parameters:
+        if self.method == "Full" and self.lora != LoraParams():
+            raise ValueError(
+                "lora (--lora-r, --lora-alpha, --lora-dropout) applies to methods LoRA and QLoRA; method Full trains "
+                "every weight and has no adapter, so remove the lora settings or use method LoRA"
+            )
+        return self
 
     @model_validator(mode="after")
     def _generation_batch_fits(self) -> Parameters:
@@ -216,29 +238,53 @@ FLAGS: dict[str, str] = {
 def load_job(path: Path | None, overrides: dict[str, Any]) -> TrainingJob:
     """The job from ``path`` (YAML) with ``overrides`` (dotted camelCase paths from flags) applied on top."""
     document: dict[str, Any] = {}
+    source = str(path) if path else "flags"
     if path is not None:
         document = _read_yaml(path)
     for dotted, value in overrides.items():
         if value is not None:
-            _set_path(document, dotted.split("."), value)
-    document.setdefault("spec", {})
-    if "environment" not in document["spec"]:
+            _set_path(document, dotted.split("."), value, source)
+    spec = document.setdefault("spec", {})
+    if not isinstance(spec, dict):
+        raise InvalidJobSpec(f"invalid job spec ({source}): spec = {spec!r}: {NOT_A_MAPPING}")
+    if "environment" not in spec:
         raise InvalidJobSpec(
             "no environment given: pass --env ID (e.g. --env graph-coloring@1) or set spec.environment.name"
         )
     try:
         return TrainingJob.model_validate(document)
     except ValidationError as error:
-        raise InvalidJobSpec(_one_line(error, source=str(path) if path else "flags")) from None
+        raise InvalidJobSpec(_one_line(error, source=source)) from None
+
+
+NOT_A_MAPPING = "must be a mapping of key: value lines"
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no type hints
+    """safe_load that refuses a key given twice in one mapping (plain YAML keeps the last one, silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice; keep one", key_node.start_mark
+                )
+            seen.add(key)
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return mapping
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise InvalidJobSpec(f"cannot read job file {path}: {error.strerror}; check the path given to -f") from None
+    except UnicodeDecodeError as error:
+        raise InvalidJobSpec(f"job file {path} is not UTF-8 text (byte {error.start}); save it as UTF-8") from None
     try:
-        document = yaml.safe_load(text)
+        document = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -248,13 +294,19 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return document
 
 
-def _set_path(document: dict[str, Any], keys: list[str], value: Any) -> None:
+def _set_path(document: dict[str, Any], keys: list[str], value: Any, source: str) -> None:
+    """Set a flag's value in the document; a mapping flag (--param, --limit, --trl) merges into the file's mapping,
+    key by key, so that --param num_colors=4 does not drop the file's other parameters."""
     node = document
-    for key in keys[:-1]:
-        child = node.get(key)
+    for depth, key in enumerate(keys[:-1]):
+        child = node.setdefault(key, {})
         if not isinstance(child, dict):
-            child = node[key] = {}
+            where = ".".join(keys[: depth + 1])
+            raise InvalidJobSpec(f"invalid job spec ({source}): {where} = {child!r}: {NOT_A_MAPPING}")
         node = child
+    existing = node.get(keys[-1])
+    if isinstance(value, dict) and isinstance(existing, dict):
+        value = {**existing, **value}
     node[keys[-1]] = value
 
 
@@ -304,8 +356,9 @@ def _fix_for(kind: str, ctx: dict[str, Any], loc: str, value: Any) -> str:
         "int_from_float": "use a whole number",
         "float_parsing": "use a number, e.g. 0.5",
         "float_type": "use a number, e.g. 0.5",
-        "decimal_parsing": "write an amount in US dollars, e.g. \"5.00\"",
-        "decimal_type": "write an amount in US dollars, e.g. \"5.00\"",
+        "finite_number": "use a finite number",
+        "decimal_parsing": 'write an amount in US dollars, e.g. "5.00"',
+        "decimal_type": 'write an amount in US dollars, e.g. "5.00"',
         "bool_parsing": "use true or false",
         "dict_type": "write a mapping of key: value lines",
         "model_type": "write a mapping of key: value lines",
@@ -375,6 +428,51 @@ def check_trl_fields(parameters: Parameters, config_cls: Any = None) -> None:
             close = difflib.get_close_matches(key, sorted(known), n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             raise InvalidJobSpec(f"spec.parameters.trl.{key} is not a GRPOConfig field; {hint}see TRL's GRPOConfig")
+    check_trl_values(parameters.trl, config_cls)
+
+
+# Ranges GRPOConfig does not check itself: out of range, these fail (or silently sample something else) only when
+# the first completions are generated, after the baseline evaluation.
+TRL_VALUE_RANGES: dict[str, tuple[Any, str]] = {
+    "top_p": (lambda v: 0 < v <= 1, "a probability mass above 0 and at most 1 (1.0 keeps every token)"),
+    "min_p": (lambda v: v is None or 0 <= v <= 1, "a probability from 0 to 1, or null (off)"),
+    "top_k": (lambda v: v is None or v >= 0, "0 (off) or a number of tokens"),
+    "repetition_penalty": (lambda v: v > 0, "a value above 0 (1.0 is off)"),
+    "num_iterations": (lambda v: v >= 1, "1 or more updates per generation round"),
+    "gradient_accumulation_steps": (lambda v: v >= 1, "1 or more"),
+    "epsilon": (lambda v: v >= 0, "0 or more (the clipping range)"),
+    "epsilon_high": (lambda v: v is None or v >= 0, "0 or more, or null (= epsilon)"),
+}
+
+
+def check_trl_values(values: dict[str, Any], config_cls: Any) -> None:
+    """Each spec.parameters.trl value against its GRPOConfig field's type (strictly: "abc" is not a float, 5.0 not
+    an int, 1 not a bool) and, for the fields above, its range. TRL checks neither."""
+    from pydantic import TypeAdapter
+
+    hints = typing.get_type_hints(config_cls)
+    for key, value in values.items():
+        try:
+            adapter: TypeAdapter[Any] = TypeAdapter(
+                hints[key], config=ConfigDict(strict=True, allow_inf_nan=False, arbitrary_types_allowed=True)
+            )
+        except Exception:  # a field type pydantic cannot describe: TRL's own checks are all there is
+            continue
+        try:
+            checked = adapter.validate_python(value)
+        except ValidationError as error:
+            rule = error.errors()[0]["msg"]
+            raise InvalidJobSpec(
+                f"spec.parameters.trl.{key} = {value!r}: {rule} (GRPOConfig's {key} is {_type_name(hints[key])}); "
+                "fix the value (in YAML, quote text and leave numbers unquoted)"
+            ) from None
+        in_range, what = TRL_VALUE_RANGES.get(key, (None, ""))
+        if in_range is not None and not in_range(checked):
+            raise InvalidJobSpec(f"spec.parameters.trl.{key} = {value!r} is out of range: use {what}")
+
+
+def _type_name(hint: Any) -> str:
+    return hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
 
 
 def check_combinations(job: TrainingJob, function_environment: bool = False) -> None:
@@ -400,6 +498,15 @@ def check_combinations(job: TrainingJob, function_environment: bool = False) -> 
         raise InvalidJobSpec(
             "sftWarmupSteps with beta > 0 is not supported in this version: the KL reference would be the warmed-up "
             "model in one attempt and the base model after a resume; use beta 0 (the default) with a warm-up"
+        )
+
+
+def check_cost_cap_rate(job: TrainingJob, has_rate: bool) -> None:
+    """A cost cap is spend measured against an hourly rate: without one it could never stop anything."""
+    if job.spec.max_cost_usd is not None and not has_rate:
+        raise InvalidJobSpec(
+            "maxCostUSD needs an hourly rate to measure spend against: pass --gpu NAME (see 'grpo estimate --help') "
+            "or --gpu-rate USD_PER_HOUR"
         )
 
 

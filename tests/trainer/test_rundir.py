@@ -43,6 +43,39 @@ def test_a_foreign_directory_is_refused(tmp_path: Path) -> None:
     assert (tmp_path / "notes.txt").read_text() == "mine"  # nothing lost
 
 
+@pytest.mark.parametrize(
+    ("job_json", "message"),
+    [
+        (
+            "{garbage",
+            "{job} cannot be read as JSON (Expecting property name enclosed in double quotes: line 1 column 2 "
+            "(char 1)); pass a new --output directory, or move {run} away to start fresh there",
+        ),
+        (
+            "[1, 2]",
+            "{job} is not a nodus job spec (no spec mapping); pass a new --output directory, or move {run} "
+            "away to start fresh there",
+        ),
+    ],
+)
+def test_a_damaged_or_foreign_job_json_is_named_and_kept(tmp_path: Path, job_json: str, message: str) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "job.json").write_text(job_json)
+    with pytest.raises(RunDirectoryConflict) as error:
+        RunDir(run).claim(canonical())
+    assert str(error.value) == message.format(job=run / "job.json", run=run)
+    assert (run / "job.json").read_text() == job_json  # nothing lost
+
+
+def test_an_output_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("mine")
+    with pytest.raises(RunDirectoryConflict) as error:
+        RunDir(tmp_path / "afile").claim(canonical())
+    assert str(error.value) == f"--output {tmp_path / 'afile'} is a file; pass a directory (a new one starts a run)"
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
 def test_only_marked_checkpoints_count_and_half_written_ones_are_removed(tmp_path: Path) -> None:
     run = RunDir(tmp_path)
     for step in (25, 50, 75):

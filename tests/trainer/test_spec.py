@@ -106,6 +106,27 @@ def test_defaults_without_a_file() -> None:
             "'^[A-Za-z0-9][A-Za-z0-9._-]*$'; use letters, digits, '.', '_' and '-', starting with a letter or digit, "
             "e.g. my-grpo-run",
         ),
+        (
+            {"spec.environment.seed": 2**32},
+            "invalid job spec (flags): spec.environment.seed (--seed) = 4294967296: Input should be less than or "
+            "equal to 4294967295; use 4294967295 or less",
+        ),
+        (
+            {"spec.parameters.beta": float("inf")},
+            "invalid job spec (flags): spec.parameters.beta (--beta) = inf: Input should be a finite number; use a "
+            "finite number",
+        ),
+        (
+            {"spec.parameters.epochs": 1e30},
+            "invalid job spec (flags): spec.parameters.epochs (--epochs) = 1e+30: Input should be less than or equal "
+            "to 10000; use 10000.0 or less",
+        ),
+        (
+            {"spec.parameters.method": "Full", "spec.parameters.lora.r": 16},
+            "invalid job spec (flags): spec.parameters: lora (--lora-r, --lora-alpha, --lora-dropout) applies to "
+            "methods LoRA and QLoRA; method Full trains every weight and has no adapter, so remove the lora settings "
+            "or use method LoRA",
+        ),
     ],
 )
 def test_messages_name_the_field_its_flag_and_the_rule(overrides: dict[str, object], message: str) -> None:
@@ -131,6 +152,101 @@ def test_file_errors_name_the_file_and_line(tmp_path: Path) -> None:
     wrong_api.write_text("apiVersion: nodus.dev/v2\nspec: {environment: {name: graph-coloring@1}}\n")
     with pytest.raises(InvalidJobSpec, match=r"apiVersion = 'nodus.dev/v2': Input should be 'nodus.dev/v1beta1'"):
         load_job(wrong_api, {})
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("spec: null\n", "invalid job spec ({path}): spec = None: must be a mapping of key: value lines"),
+        ("spec: [1, 2]\n", "invalid job spec ({path}): spec = [1, 2]: must be a mapping of key: value lines"),
+        (
+            "spec: {environment: graph-coloring@1}\n",
+            "invalid job spec ({path}): spec.environment = 'graph-coloring@1': must be a mapping of key: value lines",
+        ),
+        (
+            "spec: {environment: {name: graph-coloring@1}}\nspec: {environment: {name: math-answer@1}}\n",
+            "job file {path} is not valid YAML at line 2: the key 'spec' is given twice; keep one",
+        ),
+    ],
+)
+def test_a_file_of_the_wrong_shape_is_named_not_a_traceback(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    with pytest.raises(InvalidJobSpec) as error:
+        load_job(path, {"spec.environment.seed": 7})  # a flag that must not paper over the file's mistake
+    assert str(error.value) == message.format(path=path)
+
+
+def test_a_job_file_that_is_not_utf8_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_bytes(b"spec: {environment: {name: \xff}}\n")
+    with pytest.raises(InvalidJobSpec) as error:
+        load_job(path, {})
+    assert str(error.value) == f"job file {path} is not UTF-8 text (byte 27); save it as UTF-8"
+
+
+def test_mapping_flags_merge_into_the_files_mappings_key_by_key(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        "spec:\n  environment: {name: graph-coloring@1, params: {num_vertices: 30, num_colors: 3}}\n"
+        "  parameters: {trl: {top_p: 0.9}}\n  sandboxLimits: {wall_time_s: 20}\n"
+    )
+    job = load_job(
+        path,
+        {
+            "spec.environment.params": {"num_colors": 4},
+            "spec.parameters.trl": {"top_k": 5},
+            "spec.sandboxLimits": {"memory_mb": 512},
+        },
+    )
+    assert job.spec.environment.params == {"num_vertices": 30, "num_colors": 4}  # the flag wins for its key only
+    assert job.spec.parameters.trl == {"top_p": 0.9, "top_k": 5}
+    assert job.spec.sandbox_limits == {"wall_time_s": 20, "memory_mb": 512}
+
+
+@pytest.mark.parametrize(
+    ("trl", "message"),
+    [
+        (
+            {"top_p": "abc"},
+            "spec.parameters.trl.top_p = 'abc': Input should be a valid number (GRPOConfig's top_p is float); fix "
+            "the value (in YAML, quote text and leave numbers unquoted)",
+        ),
+        (
+            {"top_k": 2.5},
+            "spec.parameters.trl.top_k = 2.5: Input should be a valid integer (GRPOConfig's top_k is int); fix the "
+            "value (in YAML, quote text and leave numbers unquoted)",
+        ),
+        (
+            {"top_p": 5.0},
+            "spec.parameters.trl.top_p = 5.0 is out of range: use a probability mass above 0 and at most 1 (1.0 "
+            "keeps every token)",
+        ),
+        (
+            {"repetition_penalty": -1},
+            "spec.parameters.trl.repetition_penalty = -1 is out of range: use a value above 0 (1.0 is off)",
+        ),
+        (
+            {"bf16": 1},
+            "spec.parameters.trl.bf16 = 1: Input should be a valid boolean (GRPOConfig's bf16 is bool | None); fix "
+            "the value (in YAML, quote text and leave numbers unquoted)",
+        ),
+    ],
+)
+def test_trl_values_are_checked_against_grpoconfigs_types_and_ranges(trl: dict[str, object], message: str) -> None:
+    from nodus.trainer.spec import check_combinations
+
+    job = load_job(None, {"spec.environment.name": "graph-coloring@1", "spec.parameters.trl": trl})
+    with pytest.raises(InvalidJobSpec) as error:
+        check_combinations(job)
+    assert str(error.value) == message
+
+
+def test_valid_trl_values_pass() -> None:
+    from nodus.trainer.spec import check_combinations
+
+    trl = {"top_p": 1, "top_k": 5, "min_p": None, "optim": "adamw_torch", "generation_kwargs": {"do_sample": True}}
+    check_combinations(load_job(None, {"spec.environment.name": "graph-coloring@1", "spec.parameters.trl": trl}))
 
 
 def test_every_field_of_the_spec_has_a_flag() -> None:

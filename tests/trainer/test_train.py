@@ -357,6 +357,12 @@ def test_identical_rewards_are_diagnosed(tiny_model: Path, tmp_path: Path) -> No
             "its wheels pin torch and CUDA) and a CUDA GPU, and none is available; remove --trl use_vllm=true to "
             "generate with nodus' fast path (on a GPU) or model.generate",
         ),
+        (
+            # TRL does not check it: it failed with a traceback at the first sampling, after the baseline.
+            ["--trl", "top_p=abc"],
+            "grpo: error: spec.parameters.trl.top_p = 'abc': Input should be a valid number (GRPOConfig's top_p is "
+            "float); fix the value (in YAML, quote text and leave numbers unquoted)",
+        ),
         (["--model", "hf://Qwen/Qwen3-0.6B"], None),
     ],
 )
@@ -391,6 +397,12 @@ def test_dry_run_prints_plan_memory_and_cost() -> None:
         ["--method", "QLoRA", "--distributed-strategy", "FSDP", "--distributed-processes", "2"],
         ["--distributed-strategy", "FSDP", "--distributed-processes", "3"],
         ["--trl", "loss_type=grpo"],
+        ["--trl", "top_p=abc"],
+        ["--max-cost-usd", "5"],
+        ["--limit", "wall_tme_s=3"],
+        ["--limit", "wall_time_s=-1"],
+        ["--method", "Full", "--lora-r", "16"],
+        ["--seed", "4294967296"],
     ],
 )
 def test_the_dry_run_refuses_what_the_run_would_refuse(args: list[str]) -> None:
