@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -22,6 +23,12 @@ def test_install_and_uninstall_from_built_distributions(tmp_path: Path) -> None:
     names = sorted(p.name for p in dist.iterdir())
     assert any(n.startswith("nodus-0.2.0") and n.endswith(".whl") for n in names), names
     assert "nodus_env_graph_coloring-0.1.0.tar.gz" in names, names
+    # The wheel holds every module of the source tree (an editable install would hide a package left out of it).
+    (wheel,) = dist.glob("nodus-0.2.0-*.whl")
+    in_wheel = {name for name in zipfile.ZipFile(wheel).namelist() if name.endswith(".py")}
+    for folder in ("core", "sandbox", "trainer"):
+        for module in (REPO / folder).rglob("*.py"):
+            assert f"nodus/{folder}/{module.relative_to(REPO / folder)}" in in_wheel, f"{module} is not in {wheel.name}"
 
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", venv)
@@ -33,3 +40,10 @@ def test_install_and_uninstall_from_built_distributions(tmp_path: Path) -> None:
     assert run(grpo, "envs").startswith("no environments installed")
     run(pip, "install", "-q", "--find-links", dist, "nodus-env-graph-coloring")
     assert "graph-coloring@1" in run(grpo, "envs")
+    # What an environment author runs next: the conformance checks (in the sandbox), and pytest with nodus' plugin
+    # (which pytest loads through the pytest11 entry point: its module must be installed).
+    assert "PASS" in run(grpo, "check", "--env", "graph-coloring@1", "--examples", "2")
+    python = venv / "bin" / "python"
+    plugin = "import importlib.metadata as m; (e,) = m.entry_points(group='pytest11', name='nodus'); print(e.module)"
+    module = run(python, "-c", plugin).strip()
+    assert run(python, "-c", f"import importlib.util as u; print(u.find_spec({module!r}) is not None)") == "True\n"
