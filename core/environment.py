@@ -57,6 +57,9 @@ class Task(BaseModel):
 class Grade(BaseModel):
     """The grader's verdict on one completion."""
 
+    # A grader that builds a Grade and then adjusts it (grade.score += bonus) is held to the same bounds.
+    model_config = ConfigDict(validate_assignment=True)
+
     score: float = Field(ge=0.0, le=1.0)
     passed: bool
     details: str = Field(description="Why: the reason for a failure, or what was checked.")
@@ -188,6 +191,12 @@ def validate_params(cls: type[Environment], params: BaseModel | Mapping[str, Any
     if isinstance(params, cls.Params):
         return params
     raw = dict(params.model_dump() if isinstance(params, BaseModel) else params or {})
+    # Whatever the author's Params config says about extra keys: a misspelt parameter must not be ignored silently.
+    names = {alias for name, f in cls.Params.model_fields.items() for alias in (name, f.alias) if alias}
+    unknown = sorted(set(raw) - names)
+    if unknown:
+        known = ", ".join(cls.Params.model_fields) or "none"
+        raise InvalidParameters(f"unknown parameter {unknown[0]!r} for {cls.id_text()}; its parameters are: {known}")
     try:
         return cls.Params.model_validate(raw)
     except ValidationError as error:

@@ -291,6 +291,7 @@ def _last_nsjail_error(stderr: bytes) -> str:
     lines = [
         line for line in stderr.decode(errors="replace").splitlines()
         if line.strip() and "no version information available" not in line
+        and "RuntimeWarning" not in line  # runpy's note on `python -m` of an imported module: noise, not a cause
     ]
     for line in reversed(lines):
         if line.startswith(("[E]", "[F]")):

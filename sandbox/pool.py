@@ -48,6 +48,16 @@ class WorkerStartError(Exception):
     pass
 
 
+def gist(details: str, limit: int = 300) -> str:
+    """One line for a log: a traceback's last line (the exception; its head is only the grader's call path),
+    otherwise the first line."""
+    lines = [line.strip() for line in details.strip().splitlines() if line.strip()]
+    if not lines:
+        return "(no details)"
+    line = lines[-1] if lines[0].startswith("Traceback") else lines[0]
+    return line[:limit]
+
+
 class _WorkerProcess:
     """One nsjail running ``nodus.sandbox.worker``; the host side of the frame protocol."""
 
@@ -447,11 +457,11 @@ class GraderPool:
     def _infrastructure_failure(self, item: _Item, reason: str, details: str) -> None:
         item.attempts += 1
         if item.attempts < MAX_ATTEMPTS:
-            log.warning("grading infrastructure failure (%s), retrying on a fresh worker: %s", reason, details[:300])
+            log.warning("grading infrastructure failure (%s), retrying on a fresh worker: %s", reason, gist(details))
             self._count_infra_attempt(retry=True)
             self._queue.put([item])
             return
-        log.error("grading infrastructure failure (%s) after %d attempts: %s", reason, item.attempts, details[:300])
+        log.error("grading infrastructure failure (%s) after %d attempts: %s", reason, item.attempts, gist(details))
         self._count_infra_attempt(retry=False)
         self._queue.finish(item, GradeOutcome.infrastructure(reason, details, item.attempts))
 

@@ -1,6 +1,8 @@
 import pytest
+from nodus.core.environment import Grade
 from nodus.core.errors import InvalidParameters, TaskGenerationError
 from nodus.core.registry import Registry
+from pydantic import BaseModel, Field, ValidationError
 
 from tests.conftest import EchoNumber
 
@@ -58,3 +60,28 @@ def test_prompt_is_chat_messages_and_reference_passes() -> None:
     assert env.prompt(task) == [{"role": "user", "content": env.prompt_text(task)}]
     assert env.grade(task, env.reference(task)).passed
     assert env.task_from_dict(task.model_dump(mode="json")) == task
+
+
+class LaxParams(BaseModel):  # an author who left out extra="forbid"
+    digits: int = Field(2, ge=1, le=6)
+
+
+class LaxEcho(EchoNumber):
+    name = "lax-echo"
+    Params = LaxParams  # type: ignore[assignment]
+    grading_params = frozenset()
+
+
+def test_a_misspelt_parameter_is_refused_even_when_params_allow_extra_keys() -> None:
+    with pytest.raises(InvalidParameters) as error:
+        LaxEcho({"digitz": 3})
+    assert str(error.value) == "unknown parameter 'digitz' for test/lax-echo@1; its parameters are: digits"
+    assert LaxEcho({"digits": 3}).params.digits == 3  # type: ignore[attr-defined]
+
+
+def test_a_grade_adjusted_after_it_was_built_keeps_its_bounds() -> None:
+    grade = Grade(score=0.5, passed=False, details="half")
+    grade.score += 0.25
+    assert grade.score == 0.75
+    with pytest.raises(ValidationError, match="less than or equal to 1"):
+        grade.score += 0.5  # a bonus that would leave [0, 1] fails where it is added, not later in the sandbox

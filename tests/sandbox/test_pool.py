@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import threading
@@ -32,10 +33,14 @@ def test_scores_in_order(pool: GraderPool) -> None:
     assert all(o.status == "graded" and o.attempts == 1 for o in outcomes)
 
 
-def test_grader_that_raises_is_infrastructure_never_zero(pool: GraderPool) -> None:
+def test_grader_that_raises_is_infrastructure_never_zero(pool: GraderPool, caplog: pytest.LogCaptureFixture) -> None:
     before = pool.stats
     bad = {"target": "nodus.sandbox.demo_targets:raise_error", "payload": {"message": "bug in grader"}}
-    outcome, good = pool.run_many([bad, score_job(1, 1)])
+    with caplog.at_level(logging.WARNING, logger="nodus.sandbox"):
+        outcome, good = pool.run_many([bad, score_job(1, 1)])
+    # Each log line names the exception (a traceback's last line), not the head of the call path.
+    logged = [r.getMessage() for r in caplog.records if "grading infrastructure failure" in r.getMessage()]
+    assert len(logged) == 3 and all(line.endswith("bug in grader") and "\n" not in line for line in logged), logged
     assert outcome.status == "infrastructure_failure" and outcome.is_infrastructure_failure
     assert (outcome.score, outcome.passed, outcome.reason, outcome.attempts) == (None, None, "grader_error", 3)
     assert "bug in grader" in outcome.details
