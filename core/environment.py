@@ -139,16 +139,24 @@ class Environment(ABC):
         material = json.dumps([self.id_text(), *self.seed_inputs(), seed, draw], sort_keys=True, separators=(",", ":"))
         return random.Random(int.from_bytes(hashlib.sha256(material.encode()).digest()[:16], "big"))
 
-    def split_of(self, prompt: str) -> Split:
-        bucket = hashlib.sha256(prompt.encode()).digest()[0]
+    def split_key(self, task: Task) -> str:
+        """What makes two tasks the same problem, for the split: by default the prompt text.
+
+        Override it when one problem can be worded several ways (e.g. the prompt picks among templates): return
+        the problem itself (say, canonical JSON of the numbers), so that no rewording of a held-out problem lands
+        in the train split. It decides which tasks a version draws: changing it needs a new version."""
+        return self.prompt_text(task)
+
+    def split_of(self, key: str) -> Split:
+        bucket = hashlib.sha256(key.encode()).digest()[0]
         return "heldout" if bucket < HELD_OUT_BUCKETS else "train"
 
     def tasks(self, split: Split, seed: int, count: int) -> list[Task]:
         """The first ``count`` tasks of ``split`` for ``seed``.
 
-        Both splits come from one seeded stream of draws; each draw goes to the split its prompt hashes to,
-        and a prompt already taken is skipped. So no prompt is ever in both splits or twice in one, and the
-        first k tasks of a split never depend on how many tasks the other split has.
+        Both splits come from one seeded stream of draws; each draw goes to the split its split key (by default
+        its prompt) hashes to, and a key already taken is skipped. So no problem is ever in both splits or twice in
+        one, and the first k tasks of a split never depend on how many tasks the other split has.
         """
         if split not in SPLITS:
             raise TaskGenerationError(f"unknown split {split!r}: use one of {', '.join(SPLITS)}")
@@ -167,9 +175,9 @@ class Environment(ABC):
                 )
             data = self.generate(self.draw_rng(seed, draw))
             candidate = Task(env=self.id_text(), id="", split=split, seed=seed, index=len(tasks), draw=draw, data=data)
-            prompt = self.prompt_text(candidate)
-            if self.split_of(prompt) == split and prompt not in seen:
-                seen.add(prompt)
+            key = self.split_key(candidate)
+            if self.split_of(key) == split and key not in seen:
+                seen.add(key)
                 tasks.append(candidate.model_copy(update={"id": f"{split}-{seed}-{len(tasks)}"}))
             draw += 1
         return tasks

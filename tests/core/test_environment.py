@@ -1,5 +1,9 @@
+import json
+import random
+from typing import Any
+
 import pytest
-from nodus.core.environment import Grade
+from nodus.core.environment import Environment, Grade, Split, Task
 from nodus.core.errors import InvalidParameters, TaskGenerationError
 from nodus.core.registry import Registry
 from pydantic import BaseModel, Field, ValidationError
@@ -85,3 +89,34 @@ def test_a_grade_adjusted_after_it_was_built_keeps_its_bounds() -> None:
     assert grade.score == 0.75
     with pytest.raises(ValidationError, match="less than or equal to 1"):
         grade.score += 0.5  # a bonus that would leave [0, 1] fails where it is added, not later in the sandbox
+
+
+class WordedSum(EchoNumber):
+    """One problem (a pair of digits), worded two ways: the case split_key exists for."""
+
+    name = "worded-sum"
+    grading_params = frozenset()
+
+    def generate(self, rng: random.Random) -> dict[str, Any]:
+        return {"numbers": [rng.randrange(10), rng.randrange(10)], "wording": rng.randrange(2)}
+
+    def prompt_text(self, task: Task) -> str:
+        a, b = task.data["numbers"]
+        return f"Add {a} and {b}." if task.data["wording"] == 0 else f"What is the sum of {a} and {b}?"
+
+
+class WordedSumByProblem(WordedSum):
+    name = "worded-sum-by-problem"
+
+    def split_key(self, task: Task) -> str:
+        return json.dumps(task.data["numbers"])
+
+
+def test_split_key_keeps_rewordings_of_a_held_out_problem_out_of_train() -> None:
+    def problems(env: Environment, split: Split, count: int) -> set[str]:
+        return {json.dumps(t.data["numbers"]) for t in env.tasks(split, 0, count)}
+
+    # By prompt, a rewording of a held-out problem can be a train task; by problem, never.
+    assert problems(WordedSum(), "heldout", 10) & problems(WordedSum(), "train", 60)
+    by_problem = WordedSumByProblem()
+    assert not problems(by_problem, "heldout", 10) & problems(by_problem, "train", 60)
