@@ -7,16 +7,24 @@ Every error says what exists and how to fix the request: a "did you mean" for a 
 from __future__ import annotations
 
 import difflib
+import importlib.metadata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pluggy
 from nodus.core.environment import Environment
-from nodus.core.errors import DuplicateEnvironment, PluginLoadError, UnknownEnvironment, UnknownVersion
+from nodus.core.errors import (
+    DuplicateEnvironment,
+    InvalidEnvironmentId,
+    PluginLoadError,
+    UnknownEnvironment,
+    UnknownVersion,
+    first_line,
+)
 from nodus.core.ids import DEFAULT_NAMESPACE, EnvId, distribution_name, format_env_id, parse_env_id
-from nodus.core.plugins import distribution_of, get_plugin_manager
-from pydantic import BaseModel
+from nodus.core.plugins import describe_plugin, distribution_of, get_plugin_manager
+from pydantic import BaseModel, ValidationError
 
 
 @dataclass(frozen=True)
@@ -44,29 +52,47 @@ class Resolution:
 class Registry:
     def __init__(self, specs: Iterable[EnvironmentSpec] = (), load_errors: Iterable[PluginLoadError] = ()) -> None:
         self._specs: dict[EnvId, EnvironmentSpec] = {}
-        # Plugins that failed to import: reported when they could be the reason a name is unknown.
+        # Plugins and environments that failed to load: reported when they could be why a name is unknown.
         self.load_errors = list(load_errors)
         for spec in specs:
             self.add(spec)
 
     @classmethod
     def from_plugin_manager(cls, pm: pluggy.PluginManager, load_errors: Iterable[PluginLoadError] = ()) -> Registry:
+        """The environments the plugins of ``pm`` register. A broken plugin or environment class is left out and
+        kept in ``load_errors`` (one line each): one author's mistake must not take the other environments down."""
         registry = cls(load_errors=load_errors)
-        for hookimpl in pm.hook.nodus_register_environments.get_hookimpls():
-            distribution = distribution_of(hookimpl.plugin_name)
-
-            def register(env_cls: type[Environment], _distribution: str = distribution) -> None:
-                registry.add(_spec_for(env_cls, _distribution))
-
-            try:
-                hookimpl.function(register=register)
-            except (DuplicateEnvironment, PluginLoadError):
-                raise
-            except Exception as error:
-                raise PluginLoadError(
-                    f"plugin {hookimpl.plugin_name!r} from {distribution} failed while registering its "
-                    f"environments ({type(error).__name__}: {error}); reinstall or upgrade it"
-                ) from error
+        claims: dict[EnvId, list[EnvironmentSpec]] = {}
+        hookimpls = pm.hook.nodus_register_environments.get_hookimpls()
+        for hookimpl in hookimpls:
+            specs, errors = _registrations(hookimpl)
+            registry.load_errors += errors
+            for spec in specs:
+                claims.setdefault(spec.env_id, []).append(spec)
+        for env_id, specs in claims.items():
+            specs = list(dict.fromkeys(specs))  # the same class registered twice by one plugin is harmless
+            if len(specs) == 1:
+                registry.add(specs[0])
+                continue
+            # Keep none of them: which one came first depends on the order of sys.path and of the file system,
+            # so keeping it would silently pick a different environment on another machine (or in a worker).
+            registry.load_errors.append(
+                PluginLoadError(
+                    f"environment {format_env_id(env_id)} is registered by "
+                    f"{' and '.join(spec.distribution for spec in specs)}, so it is left out; "
+                    "uninstall all but one of them"
+                )
+            )
+        hooked = {hookimpl.plugin_name for hookimpl in hookimpls}
+        for name, plugin in pm.list_name_plugin():
+            if plugin is not None and name not in hooked:  # e.g. the author dropped @hookimpl: pluggy sees no hook
+                registry.load_errors.append(
+                    PluginLoadError(
+                        f"{describe_plugin(name)} registered no environments: {getattr(plugin, '__name__', name)} has "
+                        "no nodus_register_environments marked @hookimpl; decorate it with @hookimpl (from "
+                        "nodus.core import hookimpl), or point the entry point at the module that defines it"
+                    )
+                )
         return registry
 
     def add(self, spec: EnvironmentSpec) -> None:
@@ -99,16 +125,20 @@ class Registry:
             installed = ", ".join(format_env_id(env_id.with_version(v)) for v in versions)
             raise UnknownVersion(
                 f"{format_env_id(env_id.unversioned)} has no version {env_id.version}; installed: "
-                f"{installed}; upgrade with 'pip install -U {distribution_name(env_id.name)}'"
+                f"{installed}; upgrade with 'pip install -U {distribution_name(env_id.name)}'" + self._notes()
             )
         return Resolution(self._specs[env_id], None)
+
+    def _notes(self) -> str:
+        """The load errors, appended to a "not installed" message: a broken plugin may be why."""
+        return "".join(f"; note: {error}" for error in self.load_errors)
 
     def _unknown_name_message(self, env_id: EnvId) -> str:
         names = sorted({format_env_id(key.unversioned) for key in self._specs})
         wanted = format_env_id(env_id.unversioned)
         close = difflib.get_close_matches(wanted, names, n=1)
         installed = ", ".join(names) if names else "none"
-        broken = "".join(f"; note: {error}" for error in self.load_errors)
+        broken = self._notes()
         if close:  # most likely a typo: a pip line would name a distribution that may not exist (or a squatter's)
             return (
                 f"no environment named {wanted!r} is installed; did you mean {close[0]!r}? installed: {installed}"
@@ -116,31 +146,112 @@ class Registry:
             )
         if env_id.namespace != DEFAULT_NAMESPACE:  # only nodus' own namespace follows the naming convention
             fix = f"install the distribution that provides the {env_id.namespace!r} namespace"
+        elif (version := _installed_version(distribution_name(env_id.name))) is not None:
+            # Installed, yet it registered no such environment: a pip line would only reinstall the broken plugin.
+            fix = (
+                f"{distribution_name(env_id.name)} {version} is installed but provides no {wanted!r} environment; "
+                "'grpo envs' lists what it provides and any error loading it"
+            )
         else:
             fix = f"to add it: pip install {distribution_name(env_id.name)}"
         return f"no environment named {wanted!r} is installed; installed: {installed}; {fix}{broken}"
 
 
-def _spec_for(env_cls: Any, distribution: str) -> EnvironmentSpec:
+def _registrations(hookimpl: pluggy.HookImpl) -> tuple[list[EnvironmentSpec], list[PluginLoadError]]:
+    """What one plugin registers, and its errors. A bad class is skipped alone; a hook that raises loses all."""
+    label = describe_plugin(hookimpl.plugin_name)
+    distribution = distribution_of(hookimpl.plugin_name)
+    specs: list[EnvironmentSpec] = []
+    errors: list[PluginLoadError] = []
+
+    def register(env_cls: type[Environment]) -> None:
+        try:
+            specs.append(_spec_for(env_cls, distribution, label))
+        except PluginLoadError as error:
+            errors.append(error)
+
+    try:
+        hookimpl.function(*({"register": register}[arg] for arg in hookimpl.argnames))
+    except Exception as error:  # it stopped midway: what it registered so far need not be what it meant
+        failure = PluginLoadError(
+            f"{label} failed while registering its environments ({type(error).__name__}: {first_line(error)}); "
+            "reinstall or upgrade it"
+        )
+        return [], [*errors, failure]
+    if not specs and not errors:
+        errors.append(
+            PluginLoadError(
+                f"{label} registered no environments: its nodus_register_environments never called register(...); "
+                "call register(YourEnvironment) for each environment class"
+            )
+        )
+    return specs, errors
+
+
+def _spec_for(env_cls: Any, distribution: str, label: str) -> EnvironmentSpec:
+    """Check what an author can get wrong in a class, so it shows when the plugin loads, naming the class, and
+    not later as a puzzling failure of whichever command uses it (e.g. a default that its own bounds reject)."""
     if not (isinstance(env_cls, type) and issubclass(env_cls, Environment)):
+        what = repr(env_cls) if isinstance(env_cls, type) else f"an instance of {type(env_cls).__name__}"
         raise PluginLoadError(
-            f"{distribution} registered {env_cls!r}, which is not a nodus.core.Environment subclass; "
+            f"{label} registered {what}, which is not a nodus.core.Environment subclass; "
             "register(...) takes the environment class"
         )
+    where = f"{label} registered {env_cls.__name__}"
     missing = [attr for attr in ("name", "version", "description") if not hasattr(env_cls, attr)]
     if missing:
+        raise PluginLoadError(f"{where} without {', '.join(missing)}; set them as class attributes")
+    namespace, name, version = env_cls.namespace, env_cls.name, env_cls.version
+    env_id = EnvId(namespace, name, version)
+    try:  # the round trip also refuses what parses but is not the canonical form: version "1", padded names
+        valid = parse_env_id(f"{namespace}/{name}@{version}") == env_id
+    except InvalidEnvironmentId:
+        valid = False
+    if not valid:
         raise PluginLoadError(
-            f"{distribution} registered {env_cls.__name__} without {', '.join(missing)}; set them as class attributes"
+            f"{where} with namespace={namespace!r}, name={name!r}, version={version!r}; a namespace and a name are "
+            "lower-case letters and digits in words joined by single hyphens and the version is a positive int, "
+            "e.g. name = 'graph-coloring', version = 1"
         )
-    env_id = parse_env_id(f"{env_cls.namespace}/{env_cls.name}@{env_cls.version}")
+    params = env_cls.Params
+    if not (isinstance(params, type) and issubclass(params, BaseModel)):
+        raise PluginLoadError(f"{where} with Params = {params!r}; Params must be a pydantic BaseModel subclass")
+    try:  # pydantic does not validate defaults, so validate them as given values, as --param values are
+        params.model_validate(params().model_dump(by_alias=True))
+    except ValidationError as error:
+        first = error.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        message = first["msg"].removeprefix("Value error, ")
+        if first["type"] == "missing":
+            problem = f"field {field!r} has no default"
+        else:
+            problem = f"default {field}={first.get('input')!r}" if field else "defaults"
+            problem += f" fails validation: {message}"
+        raise PluginLoadError(
+            f"{where}, whose {params.__name__} {problem}; give every parameter a default within its own bounds"
+        ) from None
+    unknown = sorted(set(env_cls.grading_params) - set(params.model_fields))
+    if unknown:
+        raise PluginLoadError(
+            f"{where}, whose grading_params names {', '.join(map(repr, unknown))}, not a field of "
+            f"{params.__name__}; its fields are: {', '.join(params.model_fields) or 'none'}"
+        )
     return EnvironmentSpec(env_id=env_id, cls=env_cls, distribution=distribution)
+
+
+def _installed_version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def get_registry(pm: pluggy.PluginManager | None = None) -> Registry:
     """The registry of every installed environment (or of those registered with ``pm``).
 
-    A plugin that fails to import is left out and kept in ``load_errors``: one broken distribution must not
-    stop the others from working (a grader worker loads every plugin to find one environment).
+    A plugin that fails to import, does not match the hooks, or registers a broken environment (or an id another
+    distribution registers too) is left out and kept in ``load_errors``: one broken distribution must not stop
+    the others from working (a grader worker loads every plugin to find one environment).
     """
     if pm is not None:
         return Registry.from_plugin_manager(pm)
