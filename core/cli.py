@@ -322,7 +322,8 @@ def new_env(name: str, dest: Path) -> None:
     from nodus.core.scaffold import scaffold_environment
 
     target = scaffold_environment(name, dest)
-    click.echo(f"created {target}; next: pip install -e {target} && grpo check --env {name}@1 && pytest {target}")
+    next_steps = f"pip install -e '{target}[test]' && grpo check --env {name}@1 && pytest {target}"
+    click.echo(f"created {target}; next: {next_steps}")
 
 
 def _add_trainer_commands() -> None:

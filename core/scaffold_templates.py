@@ -19,6 +19,10 @@ readme = "README.md"
 requires-python = ">=3.12"
 dependencies = ["nodus>=0.2.0"]
 
+[project.optional-dependencies]
+# What the generated tests import: pip install -e '.[test]'
+test = ["pytest>=8", "hypothesis>=6.100"]
+
 [project.entry-points.nodus]
 $module = "$package"
 
@@ -41,7 +45,8 @@ the task with your own, keep the tests passing.)
 | `count` | 4 | 2..20 | how many numbers to add |
 | `max_value` | 100 | 10..1000000 | numbers are drawn from -max_value..max_value |
 
-Run the tests with `pytest`; `grpo check --env $env_id` runs the conformance kit through the sandbox.
+Install it with its test dependencies, `pip install -e '.[test]'`, then run the tests with `pytest`;
+`grpo check --env $env_id` runs the conformance kit through the sandbox, as training grades.
 """
 
 INIT = '''\
@@ -104,7 +109,9 @@ class $cls(Environment):
     def mutations(self, task: Task) -> list[str]:
         """Near-misses that must score below 1 (the conformance kit checks it)."""
         total = sum(task.data["numbers"])
-        return [f"<answer>{total + 1}</answer>", f"<answer>{-total - 1}</answer>", str(total)]
+        misses = [f"<answer>{total + 1}</answer>", f"<answer>{-total - 1}</answer>", str(total)]
+        # The sign flipped: catches a grader that compares abs() values (for 0 it would be the right answer).
+        return misses + ([f"<answer>{-total}</answer>"] if total else [])
 
     def grade(self, task: Task, completion: str) -> Grade:
         # Never raise: any text gets a Grade. The last <answer> wins.
@@ -118,12 +125,14 @@ class $cls(Environment):
 '''
 
 TEST = """\
+# Needs the test extra of this distribution: pip install -e '.[test]'
 import hashlib
 import json
+from datetime import timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from nodus.core.testing import assert_conforms
+from nodus.core.testing import assert_conforms, wall_time_limit
 from nodus.core.testing.strategies import completions, tasks
 from $package import $cls
 
@@ -154,7 +163,9 @@ def test_the_right_sum_passes_and_a_wrong_one_fails() -> None:
     assert not ENV.grade(task, f"<answer>{total}</answer> no wait <answer>{total + 2}</answer>").passed
 
 
-@settings(max_examples=25, deadline=None)
+# Derandomized: every run draws the same examples, so a failure reproduces. The deadline is the sandbox's
+# wall-time limit of one grade: slower than that, training would score the completion 0 for timing out.
+@settings(max_examples=25, derandomize=True, deadline=timedelta(seconds=wall_time_limit(ENV)))
 @given(data=st.data())
 def test_grader_scores_in_range_for_any_completion(data: st.DataObject) -> None:
     task = data.draw(tasks(ENV))

@@ -7,6 +7,10 @@ In an environment's tests::
     def test_conformance():
         assert_conforms(MyEnvironment(), examples=8)
 
+Grading in-process is held to the sandbox's rules, so what passes here passes ``grpo check``: each grade runs
+within the environment's wall-time limit, and its result must pass the sandbox worker's own check (a Grade with
+a finite score in [0, 1], a bool ``passed`` and str ``details``).
+
 Hypothesis strategies live in :mod:`nodus.core.testing.strategies` (imported separately, so this package
 works without test dependencies); the pytest plugin in :mod:`nodus.core.testing.pytest_plugin`.
 """

@@ -2,20 +2,35 @@
 
 A caller's function (the CLI's sandbox pool) returns "Grade-like" values: a :class:`Grade`, or the sandbox's
 result dict (``{"status": "graded", "score", "passed", "details", "reason"}`` or
-``{"status": "infrastructure_failure", ...}``). Both become an :class:`Outcome`.
+``{"status": "infrastructure_failure", ...}``). Both become an :class:`Outcome`. Every result, in-process or
+not, is held to the sandbox worker's own check (``validate_grader_result``), so what passes here passes there.
 """
 
 from __future__ import annotations
 
-import math
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from nodus.core.environment import Environment, Grade, Task
+from nodus.core.testing.timelimit import GradeTimeout, call_with_time_limit
+from nodus.sandbox.protocol import InvalidGraderResult, validate_grader_result
 
 GradeFn = Callable[[Environment, list[tuple[Task, str]]], Sequence[Any]]
+
+# Infrastructure reasons of the sandbox (nodus.sandbox.worker and pool) that are the grader's doing, not the
+# machine's. "grader_error": the grader raised (sys.exit and MemoryError included) or returned an invalid
+# result. A worker the pool gave up on after MAX_ATTEMPTS, each a fresh worker running this very job (the pool
+# charges an attempt only to the job that was running), was brought down by the job: with a memory cgroup this
+# is how a grader over its memory_mb is killed (without one it gets a MemoryError, a grader_error), and how a
+# grader that crashes the interpreter ends. "worker_timeout": it hung where the sandbox's alarm cannot reach
+# (C code), so it is a timeout. Every other reason (sandbox_start_failed, pool_error, pool_closed, lost...) is
+# the machine's and is excused, as it is in training: never a score, never a grader's failure.
+GRADER_FAULTS = frozenset({"grader_error"})
+WORKER_KILLED = frozenset({"worker_died", "garbled_reply"})
+WORKER_HUNG = frozenset({"worker_timeout"})
 
 
 @dataclass(frozen=True)
@@ -23,10 +38,12 @@ class Outcome:
     score: float | None
     passed: bool | None
     details: str
-    error: str | None = None  # the grader raised or returned something that is not a grade
-    infrastructure: bool = False  # an explicit infrastructure failure (allowed, but never a pass)
+    error: str | None = None  # the grader raised, exited or returned something that is not a valid grade
+    infrastructure: bool = False  # the machine failed, not the grader: excused, but never a pass
     timed_out: bool = False
     seconds: float | None = None
+    reason: str = ""  # the sandbox's reason for an infrastructure failure
+    killed_worker: bool = False  # brought down a fresh sandbox worker on every attempt
 
     @property
     def verdict(self) -> tuple[float | None, bool | None, str, str | None, bool]:
@@ -34,53 +51,94 @@ class Outcome:
         return (self.score, self.passed, self.details, self.error, self.infrastructure)
 
 
+def one_line(text: str, limit: int = 200) -> str:
+    """A message on one line: a traceback's last line (the exception; its head is only the call path), else the
+    first line. A sandbox traceback is cut to its last 4000 characters, so its head may be gone."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return "(no details)"
+    traceback = lines[0].startswith("Traceback") or any(line.startswith('File "') for line in lines)
+    return (lines[-1] if traceback else lines[0])[:limit]
+
+
+def error_text(error: BaseException) -> str:
+    """``KeyError: 'x'`` on one line, as a traceback's last line reads."""
+    message = one_line(str(error)) if str(error).strip() else ""
+    return type(error).__name__ + (f": {message}" if message else "")
+
+
 def outcome_of(value: Any, seconds: float | None) -> Outcome:
-    if isinstance(value, Grade):
-        return Outcome(value.score, value.passed, value.details, seconds=seconds)
-    if isinstance(value, dict):
-        if value.get("status") == "infrastructure_failure":
-            return Outcome(None, None, str(value.get("details", ""))[-300:], infrastructure=True, seconds=seconds)
-        fields = (value.get("score"), value.get("passed"), value.get("details"))
-        timed_out = value.get("reason") == "timeout"
-    else:
-        fields = (getattr(value, "score", None), getattr(value, "passed", None), getattr(value, "details", None))
-        timed_out = False
-    score, passed, details = fields
-    if isinstance(score, bool) or not isinstance(score, int | float) or not math.isfinite(score):
-        return Outcome(None, None, "", error=f"returned score {score!r}, not a finite number", seconds=seconds)
-    if not isinstance(passed, bool) or not isinstance(details, str):
-        return Outcome(None, None, "", error=f"returned {type(value).__name__} {str(value)[:80]!r}", seconds=seconds)
-    if not 0.0 <= score <= 1.0:
-        return Outcome(float(score), passed, details, error=f"score {score} outside [0, 1]", seconds=seconds)
-    return Outcome(float(score), passed, details, timed_out=timed_out, seconds=seconds)
+    """The outcome of a Grade or a sandbox result dict, checked as the sandbox worker checks a result."""
+    if isinstance(value, dict) and value.get("status") == "infrastructure_failure":
+        return _infrastructure_outcome(value, seconds)
+    try:
+        result = value.model_dump(warnings=False) if isinstance(value, Grade) else value
+        checked = validate_grader_result(result, sys.maxsize)
+    except InvalidGraderResult as problem:
+        return Outcome(None, None, "", error=f"invalid grader result: {problem}", seconds=seconds)
+    except Exception as problem:  # a Grade built with model_construct may not even dump
+        return Outcome(None, None, "", error=f"invalid grader result: {type(problem).__name__}", seconds=seconds)
+    timed_out = isinstance(value, dict) and value.get("reason") == "timeout"
+    return Outcome(checked["score"], checked["passed"], checked["details"], timed_out=timed_out, seconds=seconds)
 
 
-def grade_in_process(env: Environment, task: Task, completion: str) -> Outcome:
+def _infrastructure_outcome(value: dict[str, Any], seconds: float | None) -> Outcome:
+    reason = str(value.get("reason", ""))
+    details = str(value.get("details", ""))
+    if reason in GRADER_FAULTS:
+        message = one_line(details)
+        error = message if message.startswith("invalid grader result") else f"raised {message}"
+        return Outcome(None, None, "", error=error, seconds=seconds)
+    attempts = value.get("attempts")
+    tries = f" on each of {attempts} attempts" if isinstance(attempts, int) and attempts > 1 else ""
+    if reason in WORKER_KILLED:
+        cause = _without_runpy_warning(details)
+        error = f"killed its sandbox worker{tries} (over memory_mb, or crashed the interpreter): {cause}"
+        return Outcome(None, None, "", error=error, seconds=seconds, killed_worker=True)
+    if reason in WORKER_HUNG:
+        return Outcome(0.0, False, f"hung its sandbox worker{tries}", timed_out=True, seconds=seconds)
+    return Outcome(None, None, one_line(details), infrastructure=True, seconds=seconds, reason=reason or "unknown")
+
+
+def _without_runpy_warning(details: str) -> str:
+    """The pool's "<problem>; nsjail said: <line> | <line>" without runpy's warning about ``python -m``, which
+    every worker prints: noise that would fill the line in place of the cause."""
+    problem, _, said = details.partition("; nsjail said:")
+    lines = [line.strip() for line in said.split(" | ") if line.strip() and "RuntimeWarning" not in line]
+    return one_line(problem + (f"; nsjail said: {' | '.join(lines)}" if lines else ""))
+
+
+def grade_in_process(env: Environment, task: Task, completion: str, limit: float) -> Outcome:
+    """Grade as the sandbox does: within ``limit`` seconds, and the result checked as the worker checks it."""
     started = time.perf_counter()
     try:
-        grade = env.grade(task, completion)
-    except Exception as error:  # the check exists to find this: report it, never propagate it
-        return Outcome(
-            None,
-            None,
-            "",
-            error=f"raised {type(error).__name__}: {str(error)[:200]}",
-            seconds=time.perf_counter() - started,
-        )
-    return outcome_of(grade, time.perf_counter() - started)
+        grade = call_with_time_limit(lambda: env.grade(task, completion), limit)
+    except GradeTimeout:
+        seconds = time.perf_counter() - started
+        return Outcome(0.0, False, f"grading exceeded {limit:g}s wall time", timed_out=True, seconds=seconds)
+    except KeyboardInterrupt:
+        raise  # the author stopping the run, not the grader failing
+    except BaseException as error:  # noqa: BLE001 - sys.exit too: the check exists to report this, never propagate it
+        return Outcome(None, None, "", error=f"raised {error_text(error)}", seconds=time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    if not isinstance(grade, Grade):  # the sandbox calls .model_dump() on it and fails
+        return Outcome(None, None, "", error=f"returned {type(grade).__name__}, not a Grade", seconds=seconds)
+    return outcome_of(grade, seconds)
 
 
-def grade_batch(env: Environment, pairs: list[tuple[Task, str]], grade_fn: GradeFn | None) -> list[Outcome]:
+def grade_batch(
+    env: Environment, pairs: list[tuple[Task, str]], grade_fn: GradeFn | None, limit: float
+) -> list[Outcome]:
     """Grade every pair. A caller's function that raises fails every pair of the batch (with the reason)."""
     if grade_fn is None:
-        return [grade_in_process(env, task, completion) for task, completion in pairs]
+        return [grade_in_process(env, task, completion, limit) for task, completion in pairs]
     if not pairs:
         return []
     started = time.perf_counter()
     try:
         values = list(grade_fn(env, pairs))
     except Exception as error:
-        failure = Outcome(None, None, "", error=f"grade_fn raised {type(error).__name__}: {str(error)[:200]}")
+        failure = Outcome(None, None, "", error=f"grade_fn raised {error_text(error)}")
         return [failure] * len(pairs)
     if len(values) != len(pairs):
         failure = Outcome(None, None, "", error=f"grade_fn returned {len(values)} results for {len(pairs)} pairs")

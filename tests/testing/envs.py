@@ -6,6 +6,7 @@ They live in an importable module (not inside test functions) so the kit can reb
 from __future__ import annotations
 
 import random
+import sys
 import time
 from typing import Any
 
@@ -32,7 +33,6 @@ class PlainParrot(Environment):
 
     def reference(self, task: Task) -> str:
         return str(task.data["number"])
-
 
 
 class Parrot(PlainParrot):
@@ -87,3 +87,60 @@ class SlowParrot(Parrot):
 class ForgetfulParrot(Parrot):
     def mutations(self, task: Task) -> list[str]:
         return []
+
+
+class HangingParrot(Parrot):
+    sandbox_limits = {"wall_time_s": 0.2, "cpu_time_s": 0.2}
+
+    def grade(self, task: Task, completion: str) -> Grade:
+        while "\x00" in completion:  # a parser that never advances past a NUL byte
+            pass
+        return super().grade(task, completion)
+
+
+class ExitingParrot(Parrot):
+    def grade(self, task: Task, completion: str) -> Grade:
+        if "\x00" in completion:
+            sys.exit(3)
+        return super().grade(task, completion)
+
+
+class OverScoringParrot(Parrot):
+    def grade(self, task: Task, completion: str) -> Grade:
+        if completion.count(str(task.data["number"])) > 1:  # a bonus per correct answer, built unvalidated
+            return Grade.model_construct(score=1.5, passed=True, details="twice right")
+        return super().grade(task, completion)
+
+
+class DictParrot(Parrot):
+    def grade(self, task: Task, completion: str) -> Grade:
+        if completion and not completion.strip():
+            return {"score": 0.0, "passed": False, "details": "blank"}  # type: ignore[return-value]
+        return super().grade(task, completion)
+
+
+class IntKeyParrot(Parrot):
+    def generate(self, rng: random.Random) -> dict[str, Any]:
+        number = rng.randrange(10**6)
+        return {"number": number, "digits": {0: str(number)[0]}}  # {0: ...} comes back from JSON as {"0": ...}
+
+
+class RaisingReferenceParrot(Parrot):
+    def reference(self, task: Task) -> str:
+        return str(task.data["answer"])
+
+
+class TypoLimitsParrot(Parrot):
+    sandbox_limits = {"wal_time_s": 5.0}
+
+
+WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel")
+
+
+class SetOrderParrot(Parrot):
+    def generate(self, rng: random.Random) -> dict[str, Any]:
+        # The first element of a set of strings depends on PYTHONHASHSEED: a classic nondeterministic generator.
+        return {"number": rng.randrange(10**6), "word": list(set(WORDS))[0]}
+
+    def prompt_text(self, task: Task) -> str:
+        return f"Repeat {task.data['number']} ({task.data['word']})."

@@ -4,10 +4,11 @@ import pytest
 from nodus.core import Environment, Grade, Task
 from nodus.core.testing import GRADING_CHECKS, CheckReport, assert_conforms, run_checks, wall_time_limit
 from nodus.core.testing.outcomes import outcome_of
+from nodus.core.testing.probes import CHUNK, build_probes
 
 from tests.testing import envs
 
-ALL_CHECKS = ["deterministic_generation", "disjoint_splits", *GRADING_CHECKS]
+ALL_CHECKS = ["deterministic_generation", "disjoint_splits", "task_data_survives_json", *GRADING_CHECKS]
 
 
 def failing(report: CheckReport) -> list[str]:
@@ -29,11 +30,20 @@ def test_a_conforming_environment_passes_every_check() -> None:
     ("env", "broken", "evidence"),
     [
         (envs.GlobalRandomParrot(), "deterministic_generation", "two calls in one process gave different tasks"),
-        (envs.HashSeededParrot(), "deterministic_generation", "PYTHONHASHSEED=4242 in a subprocess"),
+        (envs.HashSeededParrot(), "deterministic_generation", "PYTHONHASHSEED=0 and 1 in two subprocesses gave"),
+        # picks list(set_of_words)[0]: seeds 0 and 4242 agree on it, 0 and 1 do not; fixed seeds, so every run
+        (envs.SetOrderParrot(), "deterministic_generation", "PYTHONHASHSEED=0 and 1 in two subprocesses gave"),
+        (envs.IntKeyParrot(), "task_data_survives_json", "data['digits'] has the int key 0, which JSON turns into"),
         (envs.RaisingParrot(), "grade_in_range_never_raises", "raised ValueError: cannot handle NUL"),
+        (envs.ExitingParrot(), "grade_in_range_never_raises", "raised SystemExit: 3"),
+        (envs.OverScoringParrot(), "grade_in_range_never_raises", "grader returned score=1.5, outside [0, 1]"),
+        (envs.DictParrot(), "grade_in_range_never_raises", "whitespace ' \\n\\t\\r\\n ': returned dict, not a Grade"),
         (envs.WrongReferenceParrot(), "reference_scores_1", "scored 0.0 (passed=False): different"),
+        (envs.RaisingReferenceParrot(), "reference_scores_1", "task train-42-0: reference() raised KeyError: 'answer'"),
         (envs.MoodyParrot(), "grade_deterministic", "then score 0.0"),
-        (envs.SlowParrot(), "grade_within_time_limit", "over the 0.05 s wall-time limit"),
+        (envs.SlowParrot(), "grade_within_time_limit", "timed out at the 0.05 s wall-time limit"),
+        (envs.HangingParrot(), "grade_within_time_limit", "timed out at the 0.2 s wall-time limit"),
+        (envs.TypoLimitsParrot(), "grade_within_time_limit", "wal_time_s: Extra inputs are not permitted"),
         (envs.PlainParrot(), "mutations_score_below_1", "no mutations(task) -> list[str] method"),
         (envs.ForgetfulParrot(), "mutations_score_below_1", "returned no completions"),
     ],
@@ -81,7 +91,9 @@ def test_a_caller_grade_fn_receives_batches_and_may_return_sandbox_dicts() -> No
 
     report = run_checks(envs.Parrot(), examples=4, grade_fn=counting)
     assert report.passed, report.summary()
-    assert len(batches) == 2 and batches[0] == report.row("grade_in_range_never_raises").examples
+    *first_pass, regrade = batches  # chunks of CHUNK, so timeouts are counted between them; then one regrade
+    assert max(first_pass) == CHUNK and sum(first_pass) == report.row("grade_in_range_never_raises").examples
+    assert regrade == report.row("grade_deterministic").examples
 
 
 def test_a_grade_fn_that_raises_fails_the_grading_rows_without_raising() -> None:
@@ -93,28 +105,114 @@ def test_a_grade_fn_that_raises_fails_the_grading_rows_without_raising() -> None
     assert "grade_fn raised ConnectionError: pool is down" in (report.row("reference_scores_1").counterexample or "")
 
 
-def test_infrastructure_failures_are_allowed_for_hostile_input_but_never_pass_a_reference() -> None:
-    def flaky(env: Environment, pairs: list[tuple[Task, str]]) -> list[dict[str, object]]:
-        return [{"status": "infrastructure_failure", "reason": "crash", "details": "worker died"} for _ in pairs]
+def test_the_machines_failures_are_excused_for_hostile_input_but_never_pass_a_reference() -> None:
+    def down(env: Environment, pairs: list[tuple[Task, str]]) -> list[dict[str, object]]:
+        details = "nsjail could not start a jail\n(exit 255)"
+        return [{"status": "infrastructure_failure", "reason": "sandbox_start_failed", "details": details}] * len(pairs)
 
-    report = run_checks(envs.Parrot(), examples=2, grade_fn=flaky)
+    report = run_checks(envs.Parrot(), examples=2, grade_fn=down)
     assert failing(report) == ["reference_scores_1", "mutations_score_below_1"]
-    assert "infrastructure failure: worker died" in (report.row("reference_scores_1").counterexample or "")
+    assert report.row("reference_scores_1").counterexample == (
+        "task train-42-0, reference '95180': "
+        "infrastructure failure, not the grader's (sandbox_start_failed): nsjail could not start a jail"
+    )
+
+
+def test_a_grader_error_in_the_sandbox_fails_the_range_row_even_when_it_is_every_input() -> None:
+    # It used to pass as "infrastructure": a grader that raised on every input showed ok grade_in_range_never_raises.
+    traceback = 'Traceback (most recent call last):\n  File "/x/grader.py", line 9\n    1 / x\nZeroDivisionError: x\n'
+
+    def raising(env: Environment, pairs: list[tuple[Task, str]]) -> list[dict[str, object]]:
+        reply = {"status": "infrastructure_failure", "reason": "grader_error", "details": traceback, "attempts": 3}
+        return [reply] * len(pairs)
+
+    report = run_checks(envs.Parrot(), examples=2, grade_fn=raising)
+    assert failing(report) == ["reference_scores_1", "mutations_score_below_1", "grade_in_range_never_raises"]
+    assert report.row("grade_in_range_never_raises").counterexample == (
+        "task train-42-0, reference '95180': raised ZeroDivisionError: x"
+    )
+
+
+def test_timed_out_probes_are_never_regraded_and_grading_stops_after_three_timeouts() -> None:
+    seen: list[str] = []
+
+    def hanging_on_nul(env: Environment, pairs: list[tuple[Task, str]]) -> list[dict[str, object]]:
+        seen.extend(text for _, text in pairs)
+        timeout = {"status": "graded", "score": 0.0, "passed": False, "details": "exceeded", "reason": "timeout"}
+        return [timeout if "\x00" in text else sandbox_like(env, [(task, text)])[0] for task, text in pairs]
+
+    report = run_checks(envs.Parrot(), examples=4, grade_fn=hanging_on_nul)
+    assert failing(report) == ["grade_within_time_limit"]
+    row = report.row("grade_within_time_limit")
+    assert row.counterexample is not None and row.counterexample.endswith(": timed out at the 10 s wall-time limit")
+    graded = report.row("grade_in_range_never_raises").examples
+    env = envs.Parrot()
+    probes, _ = build_probes(env, env.tasks("train", 42, 2) + env.tasks("heldout", 42, 2), 42)
+    assert row.note == f"3 of {graded} timed out; {len(probes) - graded} not graded: grading stopped after 3 timeouts"
+    assert len([text for text in seen if "\x00" in text]) == 3  # graded once each, never again
+
+
+def test_grading_stops_after_three_jobs_that_killed_their_sandbox_worker() -> None:
+    # With a memory cgroup, a grader allocating 2 GB on NUL kills its worker: the pool tries three fresh ones.
+    def oom_on_nul(env: Environment, pairs: list[tuple[Task, str]]) -> list[dict[str, object]]:
+        died = {"status": "infrastructure_failure", "reason": "worker_died", "details": "peer closed the channel",
+                "attempts": 3}
+        return [died if "\x00" in text else sandbox_like(env, [(task, text)])[0] for task, text in pairs]
+
+    report = run_checks(envs.Parrot(), examples=4, grade_fn=oom_on_nul)
+    assert failing(report) == ["grade_in_range_never_raises"]
+    row = report.row("grade_in_range_never_raises")
+    assert (row.counterexample or "").endswith(
+        ": killed its sandbox worker on each of 3 attempts (over memory_mb, or crashed the interpreter): "
+        "peer closed the channel"
+    )
+    assert row.note.endswith(" not graded: grading stopped after 3 timeouts or killed workers")
+    assert report.row("grade_within_time_limit").note.startswith("slowest ")
 
 
 @pytest.mark.parametrize(
     ("value", "problem"),
     [
-        ({"score": 2.0, "passed": True, "details": ""}, "score 2.0 outside [0, 1]"),
-        ({"score": float("nan"), "passed": True, "details": ""}, "not a finite number"),
-        ({"score": True, "passed": True, "details": ""}, "not a finite number"),
-        ({"score": 1.0, "passed": "yes", "details": ""}, "returned dict"),
-        (None, "not a finite number"),
+        ({"score": 2.0, "passed": True, "details": ""}, "invalid grader result: grader returned score=2.0, outside"),
+        ({"score": float("nan"), "passed": True}, "invalid grader result: grader returned score=nan, expected a"),
+        ({"score": True, "passed": True, "details": ""}, "grader returned score=True, expected a finite number"),
+        ({"score": 1.0, "passed": "yes", "details": ""}, "grader returned passed='yes', expected bool"),
+        (None, "invalid grader result: grader returned NoneType, expected dict"),
+        # In-process graders used to pass with these: the kit checked no Grade instance (the sandbox does).
+        (Grade.model_construct(score=1.5, passed=True, details=""), "grader returned score=1.5, outside [0, 1]"),
+        (Grade.model_construct(score=-1.0, passed=False, details=""), "grader returned score=-1.0, outside [0, 1]"),
+        (Grade.model_construct(score=0.5, passed=1, details=""), "grader returned passed=1, expected bool"),
+        (Grade.model_construct(score=0.0, passed=False, details=None), "details of type NoneType, expected str"),
     ],
 )
-def test_malformed_results_become_errors(value: object, problem: str) -> None:
+def test_malformed_results_become_errors_as_the_sandbox_worker_judges_them(value: object, problem: str) -> None:
     outcome = outcome_of(value, 0.0)
-    assert outcome.error is not None and problem in outcome.error
+    assert outcome.error is not None and problem in outcome.error, outcome.error
+
+
+@pytest.mark.parametrize(
+    ("reply", "error", "timed_out", "excused"),
+    [
+        ({"reason": "grader_error", "details": "Traceback (most recent call last):\n  ...\nSystemExit: 3\n"},
+         "raised SystemExit: 3", False, False),
+        ({"reason": "grader_error", "details": "invalid grader result: grader returned score=1.5, outside [0, 1]"},
+         "invalid grader result: grader returned score=1.5, outside [0, 1]", False, False),
+        # A job that brought down a fresh worker on every attempt: with a memory cgroup, a grader over memory_mb.
+        # (runpy's warning on every worker's stderr is left out: it would fill the line in place of the cause)
+        ({"reason": "worker_died", "attempts": 3, "details": "peer closed the channel; nsjail said: <frozen runpy>"
+          ":128: RuntimeWarning: 'nodus.sandbox.worker' found in sys.modules | [E] killed"},
+         "killed its sandbox worker on each of 3 attempts (over memory_mb, or crashed the interpreter): "
+         "peer closed the channel; nsjail said: [E] killed", False, False),
+        ({"reason": "worker_timeout", "details": "timed out waiting for a frame", "attempts": 3}, None, True, False),
+        ({"reason": "sandbox_start_failed", "details": "no nsjail"}, None, False, True),
+        ({"reason": "pool_closed", "details": "pool closed"}, None, False, True),
+    ],
+)
+def test_sandbox_failures_are_the_graders_unless_the_machine_failed(
+    reply: dict[str, object], error: str | None, timed_out: bool, excused: bool
+) -> None:
+    outcome = outcome_of({"status": "infrastructure_failure", **reply}, 0.0)
+    assert (outcome.error, outcome.timed_out, outcome.infrastructure) == (error, timed_out, excused)
 
 
 def test_a_sandbox_timeout_counts_as_over_the_time_limit() -> None:

@@ -4,6 +4,7 @@ import importlib.metadata
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,35 @@ def test_an_existing_directory_is_never_overwritten(tmp_path: Path) -> None:
 def test_class_names_are_identifiers() -> None:
     assert class_name("word-sum") == "WordSum"
     assert class_name("2048-game") == "Env2048Game"
+
+
+def test_the_generated_tests_have_their_dependencies_and_reproduce(tmp_path: Path) -> None:
+    project = scaffold_environment("word-sum", tmp_path)
+    pyproject = tomllib.loads((project / "pyproject.toml").read_text())
+    assert pyproject["project"]["optional-dependencies"]["test"] == ["pytest>=8", "hypothesis>=6.100"]
+    assert "pip install -e '.[test]'" in (project / "README.md").read_text()
+    test = (project / "tests" / "test_word_sum.py").read_text()
+    assert test.startswith("# Needs the test extra of this distribution: pip install -e '.[test]'\n")
+    assert "@settings(max_examples=25, derandomize=True, deadline=timedelta(seconds=wall_time_limit(ENV)))" in test
+
+
+def test_the_generated_mutations_catch_a_grader_that_compares_absolute_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = scaffold_environment("abs-sum", tmp_path)
+    environment = project / "nodus_env_abs_sum" / "environment.py"
+    source = environment.read_text()
+    exact = "if int(answers[-1]) != expected:"
+    assert exact in source
+    environment.write_text(source.replace(exact, "if abs(int(answers[-1])) != abs(expected):"))
+    monkeypatch.syspath_prepend(str(project))  # importable here and in the kit's subprocesses
+    try:
+        from nodus_env_abs_sum import AbsSum  # type: ignore[import-not-found]
+
+        report = run_checks(AbsSum(), examples=2)
+    finally:
+        for module in [m for m in sys.modules if m.startswith("nodus_env_abs_sum")]:
+            del sys.modules[module]
+    assert [row.name for row in report.failures] == ["mutations_score_below_1"]
+    counterexample = report.row("mutations_score_below_1").counterexample or ""
+    assert ", mutation 3 '<answer>" in counterexample and counterexample.endswith(": scored 1.0: the sum is right")
