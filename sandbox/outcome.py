@@ -11,6 +11,16 @@ GRADED: Final = "graded"
 INFRASTRUCTURE_FAILURE: Final = "infrastructure_failure"
 
 
+def summary_line(details: str, limit: int = 300) -> str:
+    """Failure details on one line: a traceback's last line (the exception; its head is only the grader's call
+    path, and a long traceback is kept by its tail, so its head may be gone), else the first line."""
+    lines = [line.strip() for line in details.strip().splitlines() if line.strip()]
+    if not lines:
+        return "(no details)"
+    traceback = lines[0].startswith("Traceback") or any(line.startswith('File "') for line in lines)
+    return (lines[-1] if traceback else lines[0])[:limit]
+
+
 class GradeOutcome(BaseModel):
     """``status == "graded"``: score/passed are set (the completion's doing, incl. timeouts -> 0).
 

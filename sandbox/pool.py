@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol
 from .errors import UnsandboxedGradingWarning
 from .jail import build_worker_command, cgroup_v1_available, check_sandbox_available
 from .limits import SandboxLimits
-from .outcome import GRADED, INFRASTRUCTURE_FAILURE, GradeOutcome, PoolStats
+from .outcome import GRADED, INFRASTRUCTURE_FAILURE, GradeOutcome, PoolStats, summary_line
 from .protocol import (
     MAX_FRAME_BYTES,
     ProtocolError,
@@ -46,16 +46,6 @@ class EnvironmentLike(Protocol):
 
 class WorkerStartError(Exception):
     pass
-
-
-def gist(details: str, limit: int = 300) -> str:
-    """One line for a log: a traceback's last line (the exception; its head is only the grader's call path),
-    otherwise the first line."""
-    lines = [line.strip() for line in details.strip().splitlines() if line.strip()]
-    if not lines:
-        return "(no details)"
-    line = lines[-1] if lines[0].startswith("Traceback") else lines[0]
-    return line[:limit]
 
 
 class _WorkerProcess:
@@ -457,11 +447,15 @@ class GraderPool:
     def _infrastructure_failure(self, item: _Item, reason: str, details: str) -> None:
         item.attempts += 1
         if item.attempts < MAX_ATTEMPTS:
-            log.warning("grading infrastructure failure (%s), retrying on a fresh worker: %s", reason, gist(details))
+            log.warning(
+                "grading infrastructure failure (%s), retrying on a fresh worker: %s", reason, summary_line(details)
+            )
             self._count_infra_attempt(retry=True)
             self._queue.put([item])
             return
-        log.error("grading infrastructure failure (%s) after %d attempts: %s", reason, item.attempts, gist(details))
+        log.error(
+            "grading infrastructure failure (%s) after %d attempts: %s", reason, item.attempts, summary_line(details)
+        )
         self._count_infra_attempt(retry=False)
         self._queue.finish(item, GradeOutcome.infrastructure(reason, details, item.attempts))
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from nodus.core.environment import Environment, Grade, Task
 from nodus.core.testing.timelimit import GradeTimeout, call_with_time_limit
+from nodus.sandbox.outcome import summary_line
 from nodus.sandbox.protocol import InvalidGraderResult, validate_grader_result
 
 GradeFn = Callable[[Environment, list[tuple[Task, str]]], Sequence[Any]]
@@ -51,19 +52,9 @@ class Outcome:
         return (self.score, self.passed, self.details, self.error, self.infrastructure)
 
 
-def one_line(text: str, limit: int = 200) -> str:
-    """A message on one line: a traceback's last line (the exception; its head is only the call path), else the
-    first line. A sandbox traceback is cut to its last 4000 characters, so its head may be gone."""
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    if not lines:
-        return "(no details)"
-    traceback = lines[0].startswith("Traceback") or any(line.startswith('File "') for line in lines)
-    return (lines[-1] if traceback else lines[0])[:limit]
-
-
 def error_text(error: BaseException) -> str:
     """``KeyError: 'x'`` on one line, as a traceback's last line reads."""
-    message = one_line(str(error)) if str(error).strip() else ""
+    message = summary_line(str(error), 200) if str(error).strip() else ""
     return type(error).__name__ + (f": {message}" if message else "")
 
 
@@ -86,7 +77,7 @@ def _infrastructure_outcome(value: dict[str, Any], seconds: float | None) -> Out
     reason = str(value.get("reason", ""))
     details = str(value.get("details", ""))
     if reason in GRADER_FAULTS:
-        message = one_line(details)
+        message = summary_line(details, 200)
         error = message if message.startswith("invalid grader result") else f"raised {message}"
         return Outcome(None, None, "", error=error, seconds=seconds)
     attempts = value.get("attempts")
@@ -97,7 +88,8 @@ def _infrastructure_outcome(value: dict[str, Any], seconds: float | None) -> Out
         return Outcome(None, None, "", error=error, seconds=seconds, killed_worker=True)
     if reason in WORKER_HUNG:
         return Outcome(0.0, False, f"hung its sandbox worker{tries}", timed_out=True, seconds=seconds)
-    return Outcome(None, None, one_line(details), infrastructure=True, seconds=seconds, reason=reason or "unknown")
+    summary = summary_line(details, 200)
+    return Outcome(None, None, summary, infrastructure=True, seconds=seconds, reason=reason or "unknown")
 
 
 def _without_runpy_warning(details: str) -> str:
@@ -105,7 +97,7 @@ def _without_runpy_warning(details: str) -> str:
     every worker prints: noise that would fill the line in place of the cause."""
     problem, _, said = details.partition("; nsjail said:")
     lines = [line.strip() for line in said.split(" | ") if line.strip() and "RuntimeWarning" not in line]
-    return one_line(problem + (f"; nsjail said: {' | '.join(lines)}" if lines else ""))
+    return summary_line(problem + (f"; nsjail said: {' | '.join(lines)}" if lines else ""), 200)
 
 
 def grade_in_process(env: Environment, task: Task, completion: str, limit: float) -> Outcome:

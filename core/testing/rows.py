@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from nodus.core.environment import Environment
-from nodus.core.testing.outcomes import GradeFn, Outcome, grade_batch, one_line
+from nodus.core.testing.outcomes import GradeFn, Outcome, grade_batch
 from nodus.core.testing.probes import Left, Probe, Problems
 from nodus.core.testing.report import CheckResult
+from nodus.sandbox.outcome import summary_line
 
 Graded = list[tuple[Probe, Outcome]]
 
@@ -32,7 +33,8 @@ def reference_row(graded: Graded, problems: Problems, left: Left, limit: float) 
             return None
         if outcome.timed_out:
             return f"timed out at the {limit:g} s wall-time limit"
-        return what(outcome) or f"scored {outcome.score} (passed={outcome.passed}): {one_line(outcome.details, 120)}"
+        details = summary_line(outcome.details, 120)
+        return what(outcome) or f"scored {outcome.score} (passed={outcome.passed}): {details}"
 
     counter = _first(references, bad)
     if counter is None and not references:
@@ -55,7 +57,7 @@ def mutation_row(graded: Graded, problems: Problems, has_method: bool, left: Lef
     def bad(outcome: Outcome) -> str | None:
         if outcome.error or outcome.infrastructure:
             return what(outcome)
-        return f"scored {outcome.score}: {one_line(outcome.details, 120)}" if outcome.score == 1.0 else None
+        return f"scored {outcome.score}: {summary_line(outcome.details, 120)}" if outcome.score == 1.0 else None
 
     counter = _first(mutations, bad)
     return CheckResult(name, counter is None, len(mutations), counter, note=note)
@@ -117,7 +119,7 @@ def what(outcome: Outcome) -> str | None:
     if outcome.error:
         return outcome.error
     if outcome.infrastructure:
-        return f"infrastructure failure, not the grader's ({outcome.reason}): {one_line(outcome.details)}"
+        return f"infrastructure failure, not the grader's ({outcome.reason}): {summary_line(outcome.details, 200)}"
     return None
 
 

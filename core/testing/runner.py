@@ -12,9 +12,10 @@ from collections.abc import Callable
 from nodus.core.environment import SPLITS, Environment, Task
 from nodus.core.testing import determinism, rows
 from nodus.core.testing.jsondata import json_problem
-from nodus.core.testing.outcomes import GradeFn, error_text, one_line
+from nodus.core.testing.outcomes import GradeFn, error_text
 from nodus.core.testing.probes import Mutable, build_probes, grade_probes
 from nodus.core.testing.report import CheckReport, CheckResult
+from nodus.sandbox.outcome import summary_line
 
 __all__ = ["GRADING_CHECKS", "Mutable", "run_checks", "wall_time_limit"]
 
@@ -81,7 +82,7 @@ def _limit(env: Environment) -> tuple[float, str | None]:
     try:
         return wall_time_limit(env), None
     except (ValueError, TypeError, AttributeError) as error:
-        return DEFAULT_WALL_TIME_S, f"sandbox_limits: {one_line(str(error), 300)}"
+        return DEFAULT_WALL_TIME_S, f"sandbox_limits: {summary_line(str(error), 300)}"
 
 
 def _guarded(name: str, check: Callable[[], CheckResult]) -> CheckResult:
@@ -104,7 +105,7 @@ def _check_generation(env: Environment, seed: int, count: int) -> CheckResult:
     try:
         others = determinism.fingerprints_in_subprocesses(env, seed, count)
     except Exception as error:
-        return CheckResult(name, False, 2 * count, f"seed {seed}: {one_line(str(error), 300)}")
+        return CheckResult(name, False, 2 * count, f"seed {seed}: {summary_line(str(error), 300)}")
     (seed_a, a), *rest = others.items()
     for seed_b, b in rest:
         if b != a:
