@@ -15,12 +15,14 @@ from nodus.core.testing.jsondata import json_problem
 from nodus.core.testing.outcomes import GradeFn, error_text
 from nodus.core.testing.probes import Mutable, build_probes, grade_probes
 from nodus.core.testing.report import CheckReport, CheckResult
+from nodus.sandbox.limits import SandboxLimits
 from nodus.sandbox.outcome import summary_line
 
 __all__ = ["GRADING_CHECKS", "Mutable", "run_checks", "wall_time_limit"]
 
 DEFAULT_SEED = 42
-DEFAULT_WALL_TIME_S = 10.0
+# What a grade gets when the environment's own sandbox_limits are invalid: the sandbox's default.
+DEFAULT_WALL_TIME_S: float = SandboxLimits.model_fields["wall_time_s"].default
 
 GRADING_CHECKS = (
     "reference_scores_1",
@@ -69,10 +71,6 @@ def run_checks(
 
 def wall_time_limit(env: Environment) -> float:
     """The wall-clock seconds the sandbox gives one grading job of ``env`` (ValueError for invalid limits)."""
-    try:
-        from nodus.sandbox.limits import SandboxLimits
-    except ImportError:  # the sandbox package is optional for authoring; fall back to its default
-        return float(env.sandbox_limits.get("wall_time_s", DEFAULT_WALL_TIME_S))
     return SandboxLimits.for_environment(env.sandbox_limits).wall_time_s
 
 
