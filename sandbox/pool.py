@@ -37,6 +37,9 @@ log = logging.getLogger("nodus.sandbox")
 # hung (first use of a target imports its module inside the worker, which can take seconds).
 HOST_REPLY_SLACK_S = 15.0
 MAX_ATTEMPTS = 3  # first try + 2 retries, each on a fresh worker
+# A grader that raised or returned an invalid result does the same again on a fresh worker with the same
+# payload (its code and input are unchanged), so retrying it only multiplies the cost and the log lines.
+NOT_RETRIED = frozenset({"grader_error"})
 
 
 class EnvironmentLike(Protocol):
@@ -411,7 +414,7 @@ class GraderPool:
         for i, job in enumerate(jobs):
             for attempt in range(1, MAX_ATTEMPTS + 1):
                 reply = worker.run_job(job)
-                if reply["status"] == GRADED or attempt == MAX_ATTEMPTS:
+                if reply["status"] == GRADED or attempt == MAX_ATTEMPTS or reply.get("reason") in NOT_RETRIED:
                     results[i] = GradeOutcome.from_reply(reply, attempt)
                     break
                 self._count_infra_attempt(retry=True)
@@ -446,7 +449,7 @@ class GraderPool:
 
     def _infrastructure_failure(self, item: _Item, reason: str, details: str) -> None:
         item.attempts += 1
-        if item.attempts < MAX_ATTEMPTS:
+        if item.attempts < MAX_ATTEMPTS and reason not in NOT_RETRIED:
             log.warning(
                 "grading infrastructure failure (%s), retrying on a fresh worker: %s", reason, summary_line(details)
             )
@@ -454,7 +457,7 @@ class GraderPool:
             self._queue.put([item])
             return
         log.error(
-            "grading infrastructure failure (%s) after %d attempts: %s", reason, item.attempts, summary_line(details)
+            "grading infrastructure failure (%s) after %d attempt(s): %s", reason, item.attempts, summary_line(details)
         )
         self._count_infra_attempt(retry=False)
         self._queue.finish(item, GradeOutcome.infrastructure(reason, details, item.attempts))

@@ -38,17 +38,17 @@ def test_grader_that_raises_is_infrastructure_never_zero(pool: GraderPool, caplo
     bad = {"target": "nodus.sandbox.demo_targets:raise_error", "payload": {"message": "bug in grader"}}
     with caplog.at_level(logging.WARNING, logger="nodus.sandbox"):
         outcome, good = pool.run_many([bad, score_job(1, 1)])
-    # Each log line names the exception (a traceback's last line), not the head of the call path.
+    # One log line, naming the exception (a traceback's last line), not the head of the call path.
     logged = [r.getMessage() for r in caplog.records if "grading infrastructure failure" in r.getMessage()]
-    assert len(logged) == 3 and all(line.endswith("bug in grader") and "\n" not in line for line in logged), logged
+    assert logged == ["grading infrastructure failure (grader_error) after 1 attempt(s): RuntimeError: bug in grader"]
     assert outcome.status == "infrastructure_failure" and outcome.is_infrastructure_failure
-    assert (outcome.score, outcome.passed, outcome.reason, outcome.attempts) == (None, None, "grader_error", 3)
+    # Not retried: the same grader code on the same payload raises again on a fresh worker.
+    assert (outcome.score, outcome.passed, outcome.reason, outcome.attempts) == (None, None, "grader_error", 1)
     assert "bug in grader" in outcome.details
     assert good.passed
     after = pool.stats
     assert after.infrastructure_failures == before.infrastructure_failures + 1
-    assert after.retries == before.retries + 2
-    assert after.workers_replaced >= before.workers_replaced + 3  # every retry on a fresh worker
+    assert after.retries == before.retries
 
 
 @pytest.mark.parametrize(

@@ -76,3 +76,12 @@ def test_mode_none_warns_on_every_run(caplog: pytest.LogCaptureFixture) -> None:
 def test_invalid_mode_is_rejected() -> None:
     with pytest.raises(ValueError, match="mode must be 'nsjail' or 'none'"):
         GraderPool(mode="docker")  # type: ignore[arg-type]
+
+
+def test_mode_none_reports_a_grader_error_on_its_first_attempt() -> None:
+    job = {"target": "nodus.sandbox.demo_targets:raise_error", "payload": {"message": "bug in grader"}}
+    with GraderPool(mode="none") as pool, pytest.warns(UnsandboxedGradingWarning):
+        outcome = pool.run(job)
+        stats = pool.stats
+    assert (outcome.reason, outcome.attempts, outcome.score) == ("grader_error", 1, None)
+    assert (stats.infrastructure_failures, stats.retries) == (1, 0)
