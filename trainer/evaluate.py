@@ -4,7 +4,7 @@ With the fast path on, greedy decoding runs on the static-cache sampler that ser
 per token on a GPU, where `model.generate` spends most of its time launching kernels). It is the same model's greedy
 decoding: identical tokens to `model.generate` in float32 (the tests), while in bf16 a near-tie between two tokens
 may go the other way (other kernels round differently). Anything the sampler does not cover (see
-`GENERATE_ONLY_SETTINGS` and `fast_generation.unsupported_reason`) falls back to `model.generate`, with one warning
+`fast_generation.unsupported_reason`) falls back to `model.generate`, with one warning
 saying why.
 """
 
@@ -26,31 +26,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# What `model.generate(do_sample=False)` still takes from a model's generation config (logits processors, stopping
-# criteria, other decoding strategies) and the sampler does not do: any of them set means model.generate decodes.
-GENERATE_ONLY_SETTINGS = (
-    "suppress_tokens",
-    "begin_suppress_tokens",
-    "bad_words_ids",
-    "no_repeat_ngram_size",
-    "encoder_no_repeat_ngram_size",
-    "encoder_repetition_penalty",
-    "sequence_bias",
-    "min_length",
-    "forced_bos_token_id",
-    "forced_eos_token_id",
-    "exponential_decay_length_penalty",
-    "stop_strings",
-    "max_time",
-    "guidance_scale",
-    "watermarking_config",
-    "penalty_alpha",
-    "dola_layers",
-    "prompt_lookup_num_tokens",
-    "token_healing",
-)
-_TOKEN_ID_SETTINGS = ("forced_bos_token_id", "forced_eos_token_id")  # 0 is a token id here, not "off"
-_NEUTRAL_VALUES = {"guidance_scale": 1.0}
 _said: set[str] = set()  # fallback reasons already logged by this process
 
 
@@ -135,7 +110,7 @@ def greedy_sampler(
     from nodus.trainer.fast_generation import SamplingSettings, StaticCacheSampler, unsupported_reason
 
     config = model.generation_config
-    reason = unsupported_reason(model, config) or _generate_only_setting(config)
+    reason = unsupported_reason(model, config, sampling=False)
     if reason is not None:
         if reason not in _said:  # once per reason: baseline and final evaluation would repeat it
             _said.add(reason)
@@ -158,17 +133,6 @@ def greedy_sampler(
     return StaticCacheSampler(
         model, settings, pad_token_id=tokenizer.pad_token_id, compile_layers=on_gpu, weights=weights
     )
-
-
-def _generate_only_setting(config: Any) -> str | None:
-    for name in GENERATE_ONLY_SETTINGS:
-        value = getattr(config, name, None)
-        if value is None:
-            continue
-        if name not in _TOKEN_ID_SETTINGS and (not value or value == _NEUTRAL_VALUES.get(name)):
-            continue  # 0, False, an empty list: written out by older configs, and off
-        return f"generation_config.{name}={value!r}"
-    return None
 
 
 def _sampler_greedy(

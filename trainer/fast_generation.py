@@ -58,8 +58,39 @@ class SamplingSettings:
         )
 
 
-def unsupported_reason(model: Any, generation_config: Any | None = None) -> str | None:
-    """Why the fast path cannot sample for this model and configuration, or None when it can."""
+# What `model.generate` takes from a generation config (logits processors, stopping criteria, other decoding
+# strategies) and the sampler does not apply: any of them set means model.generate decodes instead, since skipping
+# it would silently decode something else than the user asked for.
+GENERATE_ONLY_SETTINGS = (
+    "suppress_tokens",
+    "begin_suppress_tokens",
+    "bad_words_ids",
+    "no_repeat_ngram_size",
+    "encoder_no_repeat_ngram_size",
+    "encoder_repetition_penalty",
+    "sequence_bias",
+    "min_length",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    "exponential_decay_length_penalty",
+    "stop_strings",
+    "max_time",
+    "guidance_scale",
+    "watermarking_config",
+    "penalty_alpha",
+    "dola_layers",
+    "prompt_lookup_num_tokens",
+    "token_healing",
+)
+# Warpers that only act when sampling (a greedy decode ignores them): the sampler does temperature, top-k and top-p.
+SAMPLING_ONLY_SETTINGS = ("min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "top_h")
+_TOKEN_ID_SETTINGS = ("forced_bos_token_id", "forced_eos_token_id")  # 0 is a token id here, not "off"
+_NEUTRAL_VALUES = {"guidance_scale": 1.0, "typical_p": 1.0}
+
+
+def unsupported_reason(model: Any, generation_config: Any | None = None, sampling: bool = True) -> str | None:
+    """Why the fast path cannot decode for this model and generation config (sampling, or greedy for
+    evaluation), or None when it can."""
     causal_lm = _causal_lm(model)
     config = causal_lm.config
     if config.model_type not in SUPPORTED_MODEL_TYPES:
@@ -89,12 +120,22 @@ def unsupported_reason(model: Any, generation_config: Any | None = None) -> str 
         if getattr(module, "base_layer", module).bias is not None:
             return f"a bias on {name} (attention_bias or mlp_bias in the model's config)"
     if generation_config is not None:
-        if (getattr(generation_config, "repetition_penalty", None) or 1.0) != 1.0:
-            return "repetition_penalty != 1"
-        if getattr(generation_config, "min_p", None):
-            return "min_p sampling"
-        if getattr(generation_config, "num_beams", 1) not in (None, 1):
-            return "beam search"
+        return _generate_only_setting(generation_config, sampling)
+    return None
+
+
+def _generate_only_setting(config: Any, sampling: bool) -> str | None:
+    if (getattr(config, "repetition_penalty", None) or 1.0) != 1.0:
+        return "repetition_penalty != 1"
+    if getattr(config, "num_beams", 1) not in (None, 1):
+        return "beam search"
+    for name in GENERATE_ONLY_SETTINGS + (SAMPLING_ONLY_SETTINGS if sampling else ()):
+        value = getattr(config, name, None)
+        if value is None:
+            continue
+        if name not in _TOKEN_ID_SETTINGS and (not value or value == _NEUTRAL_VALUES.get(name)):
+            continue  # 0, False, an empty list: written out by older configs, and off
+        return f"generation_config.{name}={value!r}"
     return None
 
 

@@ -469,6 +469,12 @@ def check_trl_values(values: dict[str, Any], config_cls: Any) -> None:
         in_range, what = TRL_VALUE_RANGES.get(key, (None, ""))
         if in_range is not None and not in_range(checked):
             raise InvalidJobSpec(f"spec.parameters.trl.{key} = {value!r} is out of range: use {what}")
+    if values.get("generation_kwargs") is not None and not values.get("use_vllm"):
+        from nodus.trainer import generation_kwargs  # transformers' GenerationConfig: imported only when needed
+
+        message = generation_kwargs.problem(values["generation_kwargs"])
+        if message is not None:
+            raise InvalidJobSpec(message)
 
 
 def _type_name(hint: Any) -> str:

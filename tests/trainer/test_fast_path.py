@@ -486,7 +486,7 @@ def even_word_reward(prompts: list[str], completions: list[str], **_: Any) -> li
     return rewards
 
 
-def grpo_trainer(tmp_path: Path, **fast: Any) -> Any:
+def grpo_trainer(tmp_path: Path, generation_kwargs: dict[str, Any] | None = None, **fast: Any) -> Any:
     from nodus.trainer.fast_grpo import FastGRPOTrainer
     from trl import GRPOConfig
 
@@ -515,6 +515,7 @@ def grpo_trainer(tmp_path: Path, **fast: Any) -> Any:
         disable_tqdm=True,
         logging_steps=1,
         seed=0,
+        generation_kwargs=generation_kwargs,
     )
     return FastGRPOTrainer(
         model=model,
@@ -555,6 +556,23 @@ def test_fast_grpo_trainer_trains_and_sampler_tracks_updates(tmp_path: Path) -> 
     reference = teacher_forced_logprobs(model, prompts, completions, temperature=sampler.sampling.temperature)
     for b, expected in enumerate(reference):
         torch.testing.assert_close(rollout.logprobs[b, : len(completions[b])], expected, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("generation_kwargs", "reason"),
+    [
+        ({"no_repeat_ngram_size": 2}, "generation_config.no_repeat_ngram_size=2"),
+        ({"suppress_tokens": [5]}, "generation_config.suppress_tokens=[5]"),
+        ({"typical_p": 0.9}, "generation_config.typical_p=0.9"),  # sampling-only warpers count for rollouts
+        ({"repetition_penalty": 1.1}, "repetition_penalty != 1"),
+        ({"typical_p": 1.0, "no_repeat_ngram_size": 0}, None),  # neutral values are off
+    ],
+)
+def test_rollouts_fall_back_for_generation_kwargs_the_sampler_does_not_apply(
+    tmp_path: Path, generation_kwargs: dict[str, Any], reason: str | None
+) -> None:
+    """spec.parameters.trl.generation_kwargs reach TRL's generation config; the sampler must not silently skip them."""
+    assert grpo_trainer(tmp_path, generation_kwargs).fast_path_reason() == reason
 
 
 def test_fast_generation_switched_off_is_reported(tmp_path: Path) -> None:

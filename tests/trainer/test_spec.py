@@ -245,7 +245,85 @@ def test_trl_values_are_checked_against_grpoconfigs_types_and_ranges(trl: dict[s
 def test_valid_trl_values_pass() -> None:
     from nodus.trainer.spec import check_combinations
 
-    trl = {"top_p": 1, "top_k": 5, "min_p": None, "optim": "adamw_torch", "generation_kwargs": {"do_sample": True}}
+    trl = {
+        "top_p": 1,
+        "top_k": 5,
+        "min_p": None,
+        "optim": "adamw_torch",
+        "generation_kwargs": {"no_repeat_ngram_size": 3, "suppress_tokens": [5], "typical_p": 0.95},
+    }
+    check_combinations(load_job(None, {"spec.environment.name": "graph-coloring@1", "spec.parameters.trl": trl}))
+
+
+GK = "spec.parameters.trl.generation_kwargs"
+
+
+@pytest.mark.parametrize(
+    ("generation_kwargs", "message"),
+    [
+        # A typo was silently kept as an unused attribute; the suggestion may be a key nodus sets elsewhere.
+        (
+            {"repetiton_penalty": 1.1},
+            f"{GK}.repetiton_penalty is not a GenerationConfig setting; did you mean "
+            "'repetition_penalty'? see transformers' GenerationConfig",
+        ),
+        (
+            {"repetition_penalty": 1.1},
+            f"{GK}.repetition_penalty is set by spec.parameters.trl.repetition_penalty; "
+            "set it there, not through generation_kwargs",
+        ),
+        (
+            {"max_new_tokens": 5},
+            f"{GK}.max_new_tokens is set by spec.parameters.maxCompletionLength "
+            "(--max-completion-length); set it there, not through generation_kwargs",
+        ),
+        # num_beams 0 divided by zero at the first sampling, after the baseline evaluation.
+        (
+            {"num_beams": 0},
+            f"{GK}.num_beams selects a decoding strategy other than sampling, and GRPO trains on "
+            "completions sampled from the policy; remove it",
+        ),
+        (
+            {"output_scores": True},
+            f"{GK}.output_scores changes what generate returns, and TRL reads its result as token ids; remove it",
+        ),
+        (
+            {"stop_strings": ["\n"]},
+            f"{GK}.stop_strings needs a tokenizer passed to generate, and TRL passes none "
+            "(completions end at EOS); remove it",
+        ),
+        ({"typical_p": 0}, f"{GK}.typical_p = 0 is out of range: use a probability mass above 0 and at most 1"),
+        (
+            {"no_repeat_ngram_size": 2.5},
+            f"{GK}.no_repeat_ngram_size = 2.5 is not 0 (off) or a whole number; fix the value",
+        ),
+        (
+            {"suppress_tokens": [1, -2]},
+            f"{GK}.suppress_tokens = [1, -2] is out of range: use a list of token ids (whole numbers, 0 or more)",
+        ),
+        ({"bad_words_ids": [[]]}, f"{GK}.bad_words_ids = [[]] is out of range: use a list of non-empty token-id lists"),
+        (
+            '{"typical_p": ',
+            f"{GK} is text that is not JSON (Expecting value); write it as a mapping, e.g. {{no_repeat_ngram_size: 3}}",
+        ),
+        ("[1, 2]", f"{GK} must be a mapping of GenerationConfig settings, not list"),
+    ],
+)
+def test_generation_kwargs_are_checked_before_any_work(generation_kwargs: object, message: str) -> None:
+    from nodus.trainer.spec import check_combinations
+
+    trl = {"generation_kwargs": generation_kwargs}
+    job = load_job(None, {"spec.environment.name": "graph-coloring@1", "spec.parameters.trl": trl})
+    with pytest.raises(InvalidJobSpec) as error:
+        check_combinations(job)
+    assert str(error.value) == message
+
+
+def test_generation_kwargs_for_vllm_are_left_to_vllm() -> None:
+    """With vLLM the mapping goes to SamplingParams, whose keys differ from GenerationConfig's."""
+    from nodus.trainer.spec import check_combinations
+
+    trl = {"use_vllm": True, "generation_kwargs": {"include_stop_str_in_output": True}}
     check_combinations(load_job(None, {"spec.environment.name": "graph-coloring@1", "spec.parameters.trl": trl}))
 
 

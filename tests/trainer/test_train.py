@@ -113,17 +113,19 @@ def test_kill_9_then_rerun_resumes_and_reuses_the_baseline(tiny_model: Path, tmp
 
 
 def test_a_run_that_fails_or_is_interrupted_says_so_in_results_json(tiny_model: Path, tmp_path: Path) -> None:
-    # A setting TRL passes through and transformers fails on at the first sampling, after the baseline (nodus checks
-    # GRPOConfig's own fields, not the generation_kwargs dict): the run is recorded as failed, with the error.
+    # A setting transformers fails on only at the first sampling, after the baseline (a token id past the vocabulary,
+    # which only the loaded model can tell): the run is recorded as failed, with the error.
     failing = tmp_path / "failing"
-    beams = 'generation_kwargs={"num_beams": 0}'
-    result = grpo("train", "--model", tiny_model, *TOY, "--max-steps", "2", "--trl", beams, "--output", failing)
+    words = 'generation_kwargs={"bad_words_ids": [[99999999]]}'
+    result = grpo("train", "--model", tiny_model, *TOY, "--max-steps", "2", "--trl", words, "--output", failing)
     assert result.returncode != 0
     assert f"run failed; recorded in {failing / 'results.json'}" in result.stderr
     assert "to continue from the start of training (no checkpoint yet)" in result.stderr
     record = json.loads((failing / "results.json").read_text())
     assert record["status"] == "failed"
-    assert record["error"] == "ZeroDivisionError: integer division or modulo by zero"
+    assert record["error"] == (
+        "ValueError: The model vocabulary size is 507, but the following tokens were being biased: [99999999]"
+    )
     assert record["baseline"]["meanScore"] == 0.0 and record["training"]["lastCheckpoint"] is None
 
     # Ctrl-C after the first checkpoint: status interrupted, and the same command continues from the checkpoint.
@@ -400,6 +402,8 @@ def test_dry_run_prints_plan_memory_and_cost() -> None:
         ["--trl", "loss_type=grpo"],
         ["--trl", "top_p=abc"],
         ["--trl", "gradient_accumulation_steps=0"],  # TRL accepted it, then failed after the baseline
+        ["--trl", 'generation_kwargs={"num_beams": 0}'],  # so did this one
+        ["--trl", 'generation_kwargs={"no_repeat_ngram_sise": 3}'],  # and this one was silently ignored
         ["--max-cost-usd", "5"],
         ["--limit", "wall_tme_s=3"],
         ["--limit", "wall_time_s=-1"],
