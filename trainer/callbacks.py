@@ -60,6 +60,7 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]  # transformers is unt
         progress: Callable[[int, int, str], None] | None = None,
         ranks: Ranks | None = None,
         reward_state: Callable[[], dict[str, Any]] | None = None,
+        steps_per_round: int = 1,
     ) -> None:
         self.run = run
         self.reward = reward
@@ -68,6 +69,8 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]  # transformers is unt
         # Under FSDP every process runs this callback: rank 0 writes and decides, the others follow it.
         self.ranks = ranks or Ranks()
         self.reward_state = reward_state or reward.state
+        # A checkpoint counts only at the end of a round of completions (see Parameters.checkpoint_steps).
+        self.steps_per_round = steps_per_round
         # (steps done, steps in all, the plain progress line): a live bar on a terminal; a plain line by default.
         self.progress = progress or (lambda done, total, line: say(line))
         self.stopped_by_cost_cap = False
@@ -78,6 +81,7 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]  # transformers is unt
         # Stopping still costs a checkpoint and the adapter: the slowest save measured so far (None before one).
         self._slowest_save: float | None = None
         self._step_ended = time.monotonic()
+        self._last_round: dict[str, Any] = {}  # the reward metrics of the last step that sampled completions
 
     @property
     def step_seconds(self) -> float | None:
@@ -110,8 +114,13 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]  # transformers is unt
             # Stop before the spend passes the cap, and keep what was learned: save a checkpoint now.
             self.stopped_by_cost_cap = True
             control.should_training_stop = True
-            control.should_save = state.global_step > 0
-            self.say(f"stopping: one more step would pass maxCostUSD {self.cost.cap} (spent ${self.cost.usd()})")
+            at_round_end = state.global_step % self.steps_per_round == 0
+            control.should_save = state.global_step > 0 and at_round_end
+            self.say(
+                f"stopping: one more step would pass maxCostUSD {self.cost.cap} (spent ${self.cost.usd()})"
+                + ("" if at_round_end else "; no checkpoint inside a round of completions: a continued run resumes "
+                   "from the last one")
+            )
 
     def on_log(
         self,
@@ -121,8 +130,11 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]  # transformers is unt
         logs: dict[str, Any] | None = None,
         **_: Any,
     ) -> None:
-        if not logs or "reward" not in logs:
-            return  # the end-of-training summary log, not a step
+        if not logs or "loss" not in logs:
+            return  # the end-of-training summary log (train_loss, train_runtime), not a step
+        # TRL samples a new round of completions only every steps_per_generation x num_iterations steps (a
+        # generationBatchSize above batchSize, or --trl num_iterations): only those steps log a reward. The others
+        # are still steps (a loss, an optimizer update) and get their row; the progress line keeps the last reward.
         # Each process grades its own share of the completions: the count is over all of them (a collective, so
         # every process takes part before the others return; TRL logs a step's metrics on every process).
         failures = sum(self.ranks.gather(self.reward.infrastructure_failures))
@@ -131,6 +143,8 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]  # transformers is unt
         row: dict[str, Any] = {"step": state.global_step, **{k: logs[k] for k in KEPT_METRICS if k in logs}}
         row["step_seconds"] = round(self._step_seconds[-1], 3) if self._step_seconds else None
         row["infrastructure_failures"] = failures
+        if "reward" in row:
+            self._last_round = {k: row.get(k) for k in ("reward", "frac_reward_zero_std")}
         spent = self.cost.usd()
         row["spent_usd"] = None if spent is None else str(spent)
         self.run.append_metrics(row)
@@ -141,8 +155,8 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]  # transformers is unt
         remaining = max(state.max_steps - state.global_step, 0) * step
         parts = [
             f"step {state.global_step}/{state.max_steps}",
-            f"reward {format_number(row.get('reward'), '.3f')}",
-            f"zero-variance groups {format_number(row.get('frac_reward_zero_std'), '.2f')}",
+            f"reward {format_number(self._last_round.get('reward'), '.3f')}",
+            f"zero-variance groups {format_number(self._last_round.get('frac_reward_zero_std'), '.2f')}",
             f"{step:.1f} s/step",
             f"ETA {format_duration(remaining)}",
         ]

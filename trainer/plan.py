@@ -16,12 +16,19 @@ from nodus.trainer.spec import TrainingJob, check_combinations, check_cost_cap_r
 
 
 def planned_steps(job: TrainingJob) -> int:
-    """Optimizer steps the job will take: maxSteps, or epochs over every (prompt, generation) pair."""
+    """Optimizer steps the job will take: maxSteps, or epochs over every (prompt, generation) pair, each trained on
+    num_iterations times, gradient_accumulation_steps batches a step (as TRL counts them)."""
     p = job.spec.parameters
     if p.max_steps is not None:
         return p.max_steps
-    completions = job.spec.environment.train_tasks * p.num_generations
-    return max(1, math.ceil(p.epochs * completions / p.batch_size))
+    completions = job.spec.environment.train_tasks * p.num_generations * _trl_count(p.trl, "num_iterations")
+    per_step = p.batch_size * _trl_count(p.trl, "gradient_accumulation_steps")
+    return max(1, math.ceil(p.epochs * completions / per_step))
+
+
+def _trl_count(trl: dict[str, object], key: str) -> int:
+    value = trl.get(key, 1)
+    return value if isinstance(value, int) and value >= 1 else 1
 
 
 def prompt_tokens_estimate(env: Environment, job: TrainingJob) -> int:
@@ -37,6 +44,7 @@ def dry_run(job: TrainingJob, gpu_name: str | None, rate: Decimal | None) -> str
     check_combinations(job)
     check_cost_cap_rate(job, gpu_name is not None or rate is not None)
     spec, p = job.spec, job.spec.parameters
+    rounded = p.checkpoint_steps != p.save_steps
     env = get_registry().resolve(spec.environment.name).spec.make(spec.environment.params)
     sandbox_limits(env, spec.sandbox_limits)
     steps = planned_steps(job)
@@ -53,7 +61,8 @@ def dry_run(job: TrainingJob, gpu_name: str | None, rate: Decimal | None) -> str
         f"beta {p.beta:g}, learning rate {p.learning_rate:g}",
         f"  1. baseline evaluation on {spec.environment.held_out_tasks} held-out tasks (greedy), graded in "
         f"sandbox {spec.sandbox}",
-        f"  2. {steps} GRPO steps, a checkpoint every {p.save_steps}"
+        f"  2. {steps} GRPO steps, a checkpoint every {p.checkpoint_steps}"
+        + (f" (saveSteps {p.save_steps} rounded up to whole rounds of completions)" if rounded else "")
         + (
             f", FSDP over {spec.distributed.processes} GPUs"
             if fsdp and spec.distributed.processes

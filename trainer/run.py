@@ -112,7 +112,8 @@ def train(job: TrainingJob, options: RunOptions, environment: Environment | None
 
     # TRL's own checks of the settings (e.g. of --trl fields), before any work rather than after the baseline.
     processes = fsdp_processes(job) if spec.distributed.strategy == "FSDP" else 1
-    grpo_config(GRPOConfig, job, RunDir(options.output), options, processes)
+    # The launcher is one process to TRL, so it checks the whole batch there, as the child processes together will.
+    grpo_config(GRPOConfig, job, RunDir(options.output), options, processes if in_child() else 1)
     if spec.distributed.strategy == "FSDP" and not in_child():
         return launch(job, options, processes)
     run = RunDir(options.output)
@@ -547,7 +548,15 @@ def build_trainer(
     reward = SandboxReward(grader)
     say = console.say
     callback = RunCallback(
-        run, reward, cost, say, table_step_seconds, console.step, ranks, lambda: merged_reward_state(reward, ranks)
+        run,
+        reward,
+        cost,
+        say,
+        table_step_seconds,
+        console.step,
+        ranks,
+        lambda: merged_reward_state(reward, ranks),
+        steps_per_round=job.spec.parameters.steps_per_round,
     )
     on_gpu = torch.cuda.is_available()
     fast = fast_path_on(job.spec.parameters, ranks)
@@ -597,7 +606,7 @@ def grpo_config(config_cls: Any, job: TrainingJob, run: RunDir, options: RunOpti
         "max_steps": p.max_steps or -1,
         "loss_type": p.loss_type,
         "save_strategy": "steps",
-        "save_steps": p.save_steps,
+        "save_steps": p.checkpoint_steps,
         "save_total_limit": 2,  # the newest complete checkpoint survives a kill during the next save
         "logging_steps": 1,
         "report_to": options.report_to,
@@ -705,7 +714,8 @@ def assemble_results(
             "runSecondsAllAttempts": round(callback.cost.spent_seconds, 2),
             "tokens": tokens,
             "distributed": distributed,
-            "rewardPerStep": [{"step": row["step"], "reward": row.get("reward")} for row in metrics],
+            # The steps that sampled a round of completions (every step unless a round spans several).
+            "rewardPerStep": [{"step": row["step"], "reward": row["reward"]} for row in metrics if "reward" in row],
         },
         "diagnostics": reward_signal(reward_state, metrics),
         "cost": {

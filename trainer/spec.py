@@ -78,7 +78,13 @@ class Parameters(_Strict):
     max_completion_length: int = Field(64, alias="maxCompletionLength", ge=1, le=32768)
     lora: LoraParams = Field(default_factory=LoraParams)
     save_steps: int = Field(25, alias="saveSteps", ge=1, le=MAX_STEPS)
-    batch_size: int = Field(8, alias="batchSize", ge=1, description="Completions per training step.")
+    batch_size: int = Field(
+        8,
+        alias="batchSize",
+        ge=1,
+        description="Completions per training batch; an optimizer step takes trl.gradient_accumulation_steps of them"
+        " (default 1).",
+    )
     generation_batch_size: int | None = Field(
         None, alias="generationBatchSize", ge=1, description="Completions per generation round; default batchSize."
     )
@@ -132,6 +138,30 @@ class Parameters(_Strict):
                 f"is split into whole training batches; use e.g. {common}"
             )
         return self
+
+    @property
+    def steps_per_round(self) -> int:
+        """Optimizer steps after which a round of sampled completions ends on a step boundary. TRL samples a round
+        every steps_per_generation x num_iterations micro-batches and trains on it until then; a step takes
+        gradient_accumulation_steps micro-batches. 1 unless generationBatchSize or those trl fields are set."""
+        trl = {key: value for key, value in self.trl.items() if isinstance(value, int) and value >= 1}
+        accumulation = trl.get("gradient_accumulation_steps", 1)
+        if "steps_per_generation" in trl:
+            per_round = trl["steps_per_generation"]
+        elif self.generation_batch_size is not None:
+            per_round = self.generation_batch_size // self.batch_size
+        else:
+            per_round = accumulation  # TRL's default: one round per optimizer step's micro-batches
+        micro = per_round * trl.get("num_iterations", 1)
+        return micro // math.gcd(micro, accumulation)
+
+    @property
+    def checkpoint_steps(self) -> int:
+        """saveSteps rounded up to whole rounds: a resumed TRL run starts a new round at its first step, so a
+        checkpoint inside a round would continue on another round than the run it resumes (some prompts trained
+        twice, others never)."""
+        rounds = self.steps_per_round
+        return -(-self.save_steps // rounds) * rounds
 
 
 class Distributed(_Strict):

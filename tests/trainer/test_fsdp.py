@@ -17,7 +17,9 @@ import pytest
 GRPO = str(Path(sys.executable).with_name("grpo"))
 
 
-def job_file(tmp_path: Path, model: Path, distributed: str, method: str = "LoRA", batch: int = 8) -> Path:
+def job_file(
+    tmp_path: Path, model: Path, distributed: str, method: str = "LoRA", batch: int = 8, generations: int = 4
+) -> Path:
     path = tmp_path / "job.yaml"
     path.write_text(
         f"""apiVersion: nodus.dev/v1beta1
@@ -25,7 +27,7 @@ kind: TrainingJob
 spec:
   model: {{uri: "{model}"}}
   environment: {{name: test/letters@1, trainTasks: 32, heldOutTasks: 8, seed: 42}}
-  parameters: {{numGenerations: 4, batchSize: {batch}, maxCompletionLength: 8, maxSteps: 2, saveSteps: 1,
+  parameters: {{numGenerations: {generations}, batchSize: {batch}, maxCompletionLength: 8, maxSteps: 2, saveSteps: 1,
                 method: {method}}}
   distributed: {distributed}
 """
@@ -39,7 +41,8 @@ def grpo(*args: str | Path) -> subprocess.CompletedProcess[str]:
 
 def test_two_fsdp_processes_train_save_a_loadable_adapter_and_resume(tiny_model: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    job = job_file(tmp_path, tiny_model, "{strategy: FSDP, processes: 2}")
+    # One group of 8 completions, 4 on each process: the launcher once refused it (its TRL check saw 1 process).
+    job = job_file(tmp_path, tiny_model, "{strategy: FSDP, processes: 2}", generations=8)
     result = grpo("train", "-f", job, "--output", out)
     assert result.returncode == 0, result.stderr
     assert result.stderr.count("FSDP over 2 processes") == 1, "only rank 0 speaks"

@@ -149,6 +149,38 @@ def test_a_run_that_fails_or_is_interrupted_says_so_in_results_json(tiny_model: 
     assert json.loads((out / "results.json").read_text())["status"] == "completed"
 
 
+def test_a_round_of_completions_trained_over_two_steps_is_logged_and_checkpointed_whole(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    # generationBatchSize 16 in batches of 8: TRL samples a round on steps 1 and 3 and trains on it for two steps.
+    out = tmp_path / "run"
+    args = [
+        "train", "--model", tiny_model, *TOY, "--generation-batch-size", "16", "--max-steps", "4",
+        "--save-steps", "1", "--output", out,
+    ]  # fmt: skip
+    result = grpo(*args)
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    # Every step has its row (the steps that sample nothing used to be dropped, and with them their loss).
+    assert [row["step"] for row in rows] == [1, 2, 3, 4] and all("loss" in row for row in rows)
+    assert ["reward" in row for row in rows] == [True, False, True, False]
+    results = json.loads((out / "results.json").read_text())
+    assert results["training"]["steps"] == 4
+    assert [row["step"] for row in results["training"]["rewardPerStep"]] == [1, 3]
+    assert "step 2/4  reward " in result.stderr and "reward n/a" not in result.stderr
+    # saveSteps 1 is rounded up to whole rounds: a checkpoint inside a round would resume on another round.
+    assert sorted(p.name for p in (out / "checkpoints").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+
+    # Resumed from checkpoint-2, the run samples its next round on step 3, as the uninterrupted run did.
+    shutil.rmtree(out / "checkpoints" / "checkpoint-4")
+    (out / "results.json").unlink()
+    again = grpo(*args)
+    assert again.returncode == 0, again.stderr
+    assert "resuming from checkpoint-2" in again.stderr
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [(row["step"], "reward" in row) for row in rows] == [(1, True), (2, False), (3, True), (4, False)]
+
+
 def test_cost_cap_stops_training_and_records_the_status(tiny_model: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     # $360/h is 10 cents a second: a $2.00 cap (20 s of the whole run) allows well under the 400 steps asked for.
@@ -416,6 +448,28 @@ def test_the_dry_run_refuses_what_the_run_would_refuse(args: list[str]) -> None:
     dry = grpo("train", "--env", "graph-coloring@1", "--dry-run", *args)
     assert dry.returncode == 2 and "Traceback" not in dry.stderr
     assert len(dry.stderr.strip().splitlines()) == 1 and dry.stderr.startswith("grpo: error: ")
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        # Steps as TRL counts them: 200 tasks x 4 generations / batch 8 = 100, each round trained on twice (over two
+        # steps, so checkpoints fall between rounds).
+        (
+            ["--trl", "num_iterations=2"],
+            "2. 200 GRPO steps, a checkpoint every 26 (saveSteps 25 rounded up to whole rounds of completions)",
+        ),
+        (["--trl", "gradient_accumulation_steps=2"], "2. 50 GRPO steps, a checkpoint every 25"),
+        (
+            ["--generation-batch-size", "16", "--trl", "num_iterations=2"],
+            "2. 200 GRPO steps, a checkpoint every 28 (saveSteps 25 rounded up to whole rounds of completions)",
+        ),
+    ],
+)
+def test_dry_run_counts_steps_and_checkpoints_as_trl_takes_them(args: list[str], line: str) -> None:
+    dry = grpo("train", "--env", "graph-coloring@1", "--dry-run", *args)
+    assert dry.returncode == 0, dry.stderr
+    assert line in dry.stdout
 
 
 def test_dry_run_of_a_model_not_downloaded_yet_still_plans(tmp_path: Path) -> None:
