@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from nodus.core.environment import Environment, Task
-from nodus.core.errors import first_line
+from nodus.core.errors import NodusError, first_line
 from nodus.core.grading import Grader
+from nodus.sandbox.outcome import summary_line
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
@@ -39,8 +40,9 @@ class TaskScore(BaseModel):
 
 
 class Evaluation(BaseModel):
-    mean_score: float
-    pass_rate: float
+    # Over the tasks that were graded; None when none was (every one an infrastructure failure): never a 0.
+    mean_score: float | None
+    pass_rate: float | None
     scored: int
     infrastructure_failures: int
     seconds: float
@@ -48,6 +50,28 @@ class Evaluation(BaseModel):
 
     def scores_by_id(self) -> dict[str, float | None]:
         return {t.id: t.score for t in self.tasks}
+
+
+class NothingGraded(NodusError):
+    """An evaluation in which no task could be graded: the grader or the sandbox is broken, not the model."""
+
+
+def check_something_graded(evaluation: Evaluation, what: str, env_id: str) -> None:
+    """Stop when every task of an evaluation was an infrastructure failure: there is nothing to compare, and
+    training would get no reward either."""
+    if evaluation.scored or not evaluation.tasks:
+        return
+    first = evaluation.tasks[0]
+    raise NothingGraded(
+        f"the {what} graded none of the {len(evaluation.tasks)} held-out tasks: every one was an infrastructure "
+        f"failure (first: {summary_line(first.details)}); fix the grader or the sandbox (grpo check --env "
+        f"{env_id} shows what fails), then repeat the command"
+    )
+
+
+def score_text(value: float | None) -> str:
+    """A mean score or pass rate for a line of output: n/a when no task was graded."""
+    return "n/a" if value is None else f"{value:.3f}"
 
 
 @torch.no_grad()
@@ -195,8 +219,8 @@ def evaluate(
     # Infrastructure failures are excluded from the means: they say nothing about the model.
     scored = [r for r in rows if r.score is not None]
     return Evaluation(
-        mean_score=sum(r.score or 0.0 for r in scored) / len(scored) if scored else 0.0,
-        pass_rate=sum(bool(r.passed) for r in scored) / len(scored) if scored else 0.0,
+        mean_score=sum(r.score or 0.0 for r in scored) / len(scored) if scored else None,
+        pass_rate=sum(bool(r.passed) for r in scored) / len(scored) if scored else None,
         scored=len(scored),
         infrastructure_failures=len(rows) - len(scored),
         seconds=time.monotonic() - started,

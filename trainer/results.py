@@ -91,10 +91,10 @@ def plot_rewards(path: Path, metrics: list[dict[str, Any]], baseline: Evaluation
     figure, axes = plt.subplots(figsize=(7, 4))
     steps = [row["step"] for row in metrics if "reward" in row]
     axes.plot(steps, [row["reward"] for row in metrics if "reward" in row], marker=".", label="training reward (mean)")
-    axes.axhline(
-        baseline.mean_score, color="gray", linestyle="--", label=f"held-out baseline {baseline.mean_score:.3f}"
-    )
-    if final is not None:
+    if baseline.mean_score is not None:  # None: no held-out task was graded, so there is no line to draw
+        label = f"held-out baseline {baseline.mean_score:.3f}"
+        axes.axhline(baseline.mean_score, color="gray", linestyle="--", label=label)
+    if final is not None and final.mean_score is not None:
         axes.axhline(final.mean_score, color="green", linestyle="-", label=f"held-out final {final.mean_score:.3f}")
     axes.set_xlabel("training step")
     axes.set_ylabel("score")

@@ -25,7 +25,7 @@ from nodus.core.grading import Grader
 from nodus.core.registry import get_registry
 from nodus.trainer.callbacks import CostMeter, RunCallback, format_duration
 from nodus.trainer.distributed import FSDP_SETTINGS, in_child, launch
-from nodus.trainer.evaluate import Evaluation, evaluate
+from nodus.trainer.evaluate import Evaluation, check_something_graded, evaluate, score_text
 from nodus.trainer.models import load_model_and_tokenizer, require_nf4_device, resolve_model
 from nodus.trainer.pricing import lookup_gpu
 from nodus.trainer.progress import Console
@@ -423,7 +423,7 @@ def run_sft_warmup(
         console.close()  # a live bar of the warm-up ends here (or on an error); GRPO's starts afresh
     say(f"evaluation after the SFT warm-up on {len(heldout)} held-out tasks")
     after = evaluate(model, tokenizer, env, heldout, grader, p.max_completion_length, p.eval_batch_size, fast)
-    say(f"after SFT: mean score {after.mean_score:.3f}, pass rate {after.pass_rate:.3f}")
+    say(f"after SFT: mean score {score_text(after.mean_score)}, pass rate {score_text(after.pass_rate)}")
     warmup = {**summary.to_json(), "afterSft": after.model_dump()}
     write_json_atomic(run.sft, warmup)
     return model, warmup
@@ -484,9 +484,11 @@ def baseline_evaluation(
     baseline = evaluate(
         model, tokenizer, env, heldout, grader, parameters.max_completion_length, parameters.eval_batch_size, fast
     )
+    # Not saved then: a repeated command, once the grader is fixed, evaluates again instead of reusing it.
+    check_something_graded(baseline, "baseline evaluation", env.id_text())
     write_json_atomic(run.baseline, baseline.model_dump())
     say(
-        f"baseline: mean score {baseline.mean_score:.3f}, pass rate {baseline.pass_rate:.3f} "
+        f"baseline: mean score {score_text(baseline.mean_score)}, pass rate {score_text(baseline.pass_rate)} "
         f"({format_duration(baseline.seconds)})"
     )
     return baseline
@@ -746,7 +748,7 @@ def p_value(comparison: dict[str, Any]) -> str:
 
 def summary_line(baseline: Evaluation, final: Evaluation | None, results: dict[str, Any]) -> str:
     if final is None:
-        return f"done ({results['status']}): baseline {baseline.mean_score:.3f}, no final evaluation"
+        return f"done ({results['status']}): baseline {score_text(baseline.mean_score)}, no final evaluation"
     warmup = results.get("sftWarmup")
     grpo_part = ""
     if warmup and warmup.get("grpoDifference"):
@@ -754,12 +756,12 @@ def summary_line(baseline: Evaluation, final: Evaluation | None, results: dict[s
         grpo = warmup["grpoDifference"]
         difference = "n/a" if grpo["meanDifference"] is None else f"{grpo['meanDifference']:+.3f}"
         grpo_part = (
-            f"; after the SFT warm-up {warmup['afterSft']['meanScore']:.3f}, so GRPO's own difference "
+            f"; after the SFT warm-up {score_text(warmup['afterSft']['meanScore'])}, so GRPO's own difference "
             f"{difference} (sign test p={p_value(grpo)})"
         )
     return (
-        f"done ({results['status']}): held-out mean score {baseline.mean_score:.3f} -> {final.mean_score:.3f} "
-        f"(pass rate {baseline.pass_rate:.3f} -> {final.pass_rate:.3f}; "
+        f"done ({results['status']}): held-out mean score {score_text(baseline.mean_score)} -> "
+        f"{score_text(final.mean_score)} (pass rate {score_text(baseline.pass_rate)} -> {score_text(final.pass_rate)}; "
         f"sign test p={p_value(results['difference'])}){grpo_part}; "
         f"{results['diagnostics']['rewardSignal']}"
     )

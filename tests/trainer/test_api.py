@@ -1,5 +1,6 @@
 """The Python API: a reward function plus prompts, trained in one call."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -117,3 +118,25 @@ def test_the_dry_run_needs_no_training_extras(tiny_model: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "time and cost on H100 SXM 80 GB: 100 steps x 0.45 s" in result.stdout
 
+
+
+def broken_reward(prompt: str, completion: str) -> float:
+    raise RuntimeError("reward bug on purpose")
+
+
+def test_a_baseline_with_nothing_graded_stops_the_run_and_is_not_reused(tiny_model: Path, tmp_path: Path) -> None:
+    # Every held-out task an infrastructure failure: the means were once reported as 0.000 and training went on.
+    prompts = [f"Task {i}: write a" for i in range(40)]
+    with pytest.raises(NodusError) as error:
+        api.train_on_function(
+            prompts, broken_reward, name="letters", output=tmp_path / "run", quiet=True, model=str(tiny_model),
+            max_steps=2, num_generations=4, batch_size=8, max_completion_length=8,
+        )  # fmt: skip
+    assert str(error.value).startswith("the baseline evaluation graded none of the ")
+    assert "every one was an infrastructure failure (first: RuntimeError: reward bug on purpose); fix the grader" in (
+        str(error.value)
+    )
+    assert str(error.value).endswith("then repeat the command")
+    record = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert record["status"] == "failed" and record["error"].startswith("NothingGraded: the baseline evaluation")
+    assert not (tmp_path / "run" / "baseline.json").exists(), "a repeated command evaluates again"
