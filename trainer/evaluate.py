@@ -74,6 +74,14 @@ def score_text(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
+def render_prompts(
+    tokenizer: Any, messages: list[list[dict[str, str]]], chat_template_kwargs: dict[str, Any] | None = None
+) -> list[str]:
+    """Chat prompts as text, ready for the assistant's answer, rendered as TRL renders GRPO's prompts."""
+    kwargs = chat_template_kwargs or {}
+    return [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True, **kwargs) for m in messages]
+
+
 @torch.no_grad()
 def generate_greedy(
     model: Any,
@@ -83,13 +91,15 @@ def generate_greedy(
     batch_size: int,
     fast: bool = False,
     weights: FastWeights | None = None,
+    chat_template_kwargs: dict[str, Any] | None = None,
 ) -> list[str]:
     """Greedy completions for chat prompts, in batches, with left padding so every row ends at its prompt.
 
     `fast` decodes with the static-cache sampler when it supports the model; `weights` lends it the fused weights
     a fast trainer already holds (refreshed here), so that evaluating the trained model costs no second copy.
+    `chat_template_kwargs` (e.g. Qwen3's enable_thinking) render the prompts as TRL renders GRPO's.
     """
-    texts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in messages]
+    texts = render_prompts(tokenizer, messages, chat_template_kwargs)
     return greedy_completions(model, tokenizer, texts, max_new_tokens, batch_size, fast, weights)
 
 
@@ -207,10 +217,13 @@ def evaluate(
     batch_size: int,
     fast: bool = False,
     weights: FastWeights | None = None,
+    chat_template_kwargs: dict[str, Any] | None = None,
 ) -> Evaluation:
     started = time.monotonic()
     messages = [env.prompt(t) for t in tasks]
-    completions = generate_greedy(model, tokenizer, messages, max_new_tokens, batch_size, fast, weights)
+    completions = generate_greedy(
+        model, tokenizer, messages, max_new_tokens, batch_size, fast, weights, chat_template_kwargs
+    )
     outcomes = grader.grade(list(zip(tasks, completions, strict=True)))
     rows = [
         TaskScore(id=t.id, status=o.status, score=o.score, passed=o.passed, details=o.details, completion=c)

@@ -343,7 +343,7 @@ def final_evaluation(
     weights = trainer.fast_weights if ranks.world == 1 else None
     final = evaluate(
         trained, tokenizer, env, heldout, grader, p.max_completion_length, p.eval_batch_size, fast_path_on(p, ranks),
-        weights,
+        weights, p.chat_template_kwargs,
     )
     write_json_atomic(run.final, final.model_dump())
     return final
@@ -418,11 +418,15 @@ def run_sft_warmup(
             bf16=on_gpu and torch.cuda.is_bf16_supported(),
             say=say,
             progress=console.step,
+            chat_template_kwargs=p.chat_template_kwargs,
         )
     finally:
         console.close()  # a live bar of the warm-up ends here (or on an error); GRPO's starts afresh
     say(f"evaluation after the SFT warm-up on {len(heldout)} held-out tasks")
-    after = evaluate(model, tokenizer, env, heldout, grader, p.max_completion_length, p.eval_batch_size, fast)
+    after = evaluate(
+        model, tokenizer, env, heldout, grader, p.max_completion_length, p.eval_batch_size, fast,
+        chat_template_kwargs=p.chat_template_kwargs,
+    )
     say(f"after SFT: mean score {score_text(after.mean_score)}, pass rate {score_text(after.pass_rate)}")
     warmup = {**summary.to_json(), "afterSft": after.model_dump()}
     write_json_atomic(run.sft, warmup)
@@ -482,7 +486,8 @@ def baseline_evaluation(
         return Evaluation.model_validate(read_json(run.baseline))
     say(f"baseline evaluation on {len(heldout)} held-out tasks (greedy)")
     baseline = evaluate(
-        model, tokenizer, env, heldout, grader, parameters.max_completion_length, parameters.eval_batch_size, fast
+        model, tokenizer, env, heldout, grader, parameters.max_completion_length, parameters.eval_batch_size, fast,
+        chat_template_kwargs=parameters.chat_template_kwargs,
     )
     # Not saved then: a repeated command, once the grader is fixed, evaluates again instead of reusing it.
     check_something_graded(baseline, "baseline evaluation", env.id_text())

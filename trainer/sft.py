@@ -54,14 +54,18 @@ def reference_answer(env: Environment, task: Task) -> str:
         ) from None
 
 
-def warmup_dataset(env: Environment, tasks: list[Task]) -> Any:
-    """Prompt-completion pairs in TRL's conversational form: the GRPO prompt, then the reference as the answer."""
+def warmup_dataset(env: Environment, tasks: list[Task], chat_template_kwargs: dict[str, Any] | None = None) -> Any:
+    """Prompt-completion pairs in TRL's conversational form: the GRPO prompt, then the reference as the answer.
+
+    `chat_template_kwargs` (TRL's SFTTrainer reads them per row) render the prompts as GRPO's are rendered."""
     from datasets import Dataset
 
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"prompt": env.prompt(task), "completion": [{"role": "assistant", "content": reference_answer(env, task)}]}
         for task in tasks
     ]
+    if chat_template_kwargs:  # an empty mapping would be an Arrow struct without fields, which datasets refuses
+        rows = [{**row, "chat_template_kwargs": chat_template_kwargs} for row in rows]
     return Dataset.from_list(rows)
 
 
@@ -81,6 +85,7 @@ def sft_warmup(
     bf16: bool,
     say: Any,
     progress: Any = None,
+    chat_template_kwargs: dict[str, Any] | None = None,
 ) -> tuple[Any, WarmupSummary]:
     """Train `steps` SFT steps; returns the trained model (a peft model when `peft_config` is given) and a summary.
 
@@ -104,7 +109,7 @@ def sft_warmup(
                 f"{per_step:.1f} s/step  ETA {remaining:.0f}s",
             )
 
-    dataset = warmup_dataset(env, tasks)
+    dataset = warmup_dataset(env, tasks, chat_template_kwargs)
     config = SFTConfig(
         output_dir=output_dir,
         max_steps=steps,

@@ -6,8 +6,10 @@ validation message states the rule, why it exists, and how to fix the spec (the 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
+import json
 import math
 import re
 import typing
@@ -138,6 +140,16 @@ class Parameters(_Strict):
                 f"is split into whole training batches; use e.g. {common}"
             )
         return self
+
+    @property
+    def chat_template_kwargs(self) -> dict[str, Any]:
+        """trl.chat_template_kwargs (a mapping, or JSON text of one as TRL also takes), e.g. Qwen3's enable_thinking.
+        TRL renders GRPO's prompts with them; evaluations and the SFT warm-up must render theirs the same way."""
+        value = self.trl.get("chat_template_kwargs")
+        if isinstance(value, str):
+            with contextlib.suppress(json.JSONDecodeError):
+                value = json.loads(value)
+        return value if isinstance(value, dict) else {}
 
     @property
     def steps_per_round(self) -> int:

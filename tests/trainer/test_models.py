@@ -287,3 +287,44 @@ def test_default_model_answers_a_chat_prompt(default_model_folder: Path) -> None
     assert not getattr(model, "is_quantized", False)
     reply = greedy_reply(model, tokenizer, [{"role": "user", "content": "What is the capital of France?"}], 8)
     assert "Paris" in reply
+
+
+THINKING_TEMPLATE = (
+    "{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}</s>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% if enable_thinking is defined and not enable_thinking %}"
+    "<think></think>{% endif %}{% endif %}"
+)
+
+
+@pytest.mark.parametrize("json_text", [False, True])
+def test_evaluation_and_sft_render_prompts_with_trls_chat_template_kwargs(
+    tiny_model_dir: Path, json_text: bool
+) -> None:
+    """--trl chat_template_kwargs (Qwen3's enable_thinking) reach GRPO's prompts through TRL; the held-out
+    evaluations and the SFT warm-up rendered theirs without them, so they scored another prompt than was trained."""
+    from nodus.core.registry import get_registry
+    from nodus.trainer.evaluate import render_prompts
+    from nodus.trainer.sft import warmup_dataset
+    from nodus.trainer.spec import load_job
+    from transformers import AutoTokenizer
+
+    kwargs_value: object = '{"enable_thinking": false}' if json_text else {"enable_thinking": False}
+    job = load_job(None, {"spec.environment.name": "test/letters@1", "spec.parameters.trl": {
+        "chat_template_kwargs": kwargs_value}})  # fmt: skip
+    kwargs = job.spec.parameters.chat_template_kwargs
+    assert kwargs == {"enable_thinking": False}
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tokenizer.chat_template = THINKING_TEMPLATE
+    env = get_registry().resolve("test/letters@1").spec.make({})
+    tasks = env.tasks("heldout", 42, 2)
+    messages = [env.prompt(task) for task in tasks]
+    # TRL's own call for GRPO's prompts (GRPOTrainer._tokenize_prompts), token for token.
+    trl_ids = tokenizer.apply_chat_template(
+        conversation=messages, add_generation_prompt=True, tokenize=True, return_dict=True, **kwargs
+    )["input_ids"]
+    ours = render_prompts(tokenizer, messages, kwargs)
+    assert all(text.endswith("<|assistant|>\n<think></think>") for text in ours)
+    assert [tokenizer(text, add_special_tokens=False)["input_ids"] for text in ours] == trl_ids
+    # The SFT warm-up's rows carry them for TRL's SFTTrainer, which applies a row's chat_template_kwargs.
+    assert warmup_dataset(env, tasks, kwargs)[0]["chat_template_kwargs"] == {"enable_thinking": False}
+    assert "chat_template_kwargs" not in warmup_dataset(env, tasks).column_names
