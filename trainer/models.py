@@ -213,7 +213,12 @@ def _pretrained_location(source: ModelSource) -> tuple[str, dict[str, Any]]:
         return source.location, {}
     if source.kind == "default":
         return str(ensure_default_model_folder(source)), {}
-    return source.location, {"revision": source.revision, "local_files_only": not _hub_download_possible(source)}
+    return source.location, hub_arguments(source)
+
+
+def hub_arguments(source: ModelSource) -> dict[str, Any]:
+    """``from_pretrained``'s hub arguments for a hub model: its pinned revision, offline unless the hub is reachable."""
+    return {"revision": source.revision, "local_files_only": not _hub_download_possible(source)}
 
 
 def _load_pretrained(what: Literal["model", "tokenizer"], source: ModelSource, location: str, kwargs: Any) -> Any:

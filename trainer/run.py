@@ -26,7 +26,7 @@ from nodus.core.registry import get_registry
 from nodus.trainer.callbacks import CostMeter, RunCallback, format_duration
 from nodus.trainer.distributed import FSDP_SETTINGS, in_child, launch
 from nodus.trainer.evaluate import Evaluation, check_something_graded, evaluate, score_text
-from nodus.trainer.models import load_model_and_tokenizer, require_nf4_device, resolve_model
+from nodus.trainer.models import hub_arguments, load_model_and_tokenizer, require_nf4_device, resolve_model
 from nodus.trainer.pricing import lookup_gpu
 from nodus.trainer.progress import Console
 from nodus.trainer.ranks import Ranks
@@ -624,6 +624,11 @@ def grpo_config(config_cls: Any, job: TrainingJob, run: RunDir, options: RunOpti
     }
     if p.generation_batch_size is not None:
         settings["generation_batch_size"] = p.generation_batch_size
+    source = resolve_model(job.spec.model.uri)
+    if p.method == "Full" and p.beta > 0 and source.kind == "hub":
+        # TRL loads the KL reference by the policy's config name, which for a hub model is the bare repo id: its
+        # default branch, not the revision the policy was loaded at. Pin it (and stay offline as the policy did).
+        settings["model_init_kwargs"] = hub_arguments(source)
     if job.spec.distributed.strategy == "FSDP":
         settings.update(FSDP_SETTINGS)
     check_trl_fields(p, config_cls)

@@ -328,3 +328,28 @@ def test_evaluation_and_sft_render_prompts_with_trls_chat_template_kwargs(
     # The SFT warm-up's rows carry them for TRL's SFTTrainer, which applies a row's chat_template_kwargs.
     assert warmup_dataset(env, tasks, kwargs)[0]["chat_template_kwargs"] == {"enable_thinking": False}
     assert "chat_template_kwargs" not in warmup_dataset(env, tasks).column_names
+
+
+def test_full_fine_tuning_with_a_kl_reference_pins_the_hub_revision(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """TRL loads the KL reference of a full fine-tune by the policy's config name, for a hub model the bare repo id:
+    without model_init_kwargs it would load the default branch, not the pinned revision the policy started from."""
+    from nodus.trainer.run import RunOptions, grpo_config
+    from nodus.trainer.rundir import RunDir
+    from nodus.trainer.spec import load_job
+    from trl import GRPOConfig
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    revision = "c1899de289a04d12100db370d81485cdf75e47ca"
+
+    def config(method: str, beta: float) -> Any:
+        job = load_job(None, {
+            "spec.environment.name": "test/letters@1", "spec.model.uri": f"hf://Qwen/Qwen3-0.6B@{revision}",
+            "spec.parameters.method": method, "spec.parameters.beta": beta,
+        })  # fmt: skip
+        return grpo_config(GRPOConfig, job, RunDir(tmp_path), RunOptions(output=tmp_path))
+
+    assert config("Full", 0.1).model_init_kwargs == {"revision": revision, "local_files_only": True}
+    assert config("LoRA", 0.1).model_init_kwargs is None  # the reference is the adapter switched off
+    assert config("Full", 0.0).model_init_kwargs is None  # no reference at beta 0
