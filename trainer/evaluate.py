@@ -131,10 +131,21 @@ def greedy_completions(
             max_new_tokens=max_new_tokens,
             do_sample=False,
             pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=completion_end_ids(model, tokenizer),
         )
         new_tokens = output[:, batch["input_ids"].shape[1] :]
         completions.extend(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
     return completions
+
+
+def completion_end_ids(model: Any, tokenizer: Any) -> list[int]:
+    """The token ids a completion ends at, as TRL's GRPOTrainer stops rollouts: every EOS id of the model's
+    generation config (a list for chat models such as Qwen3) and the tokenizer's own EOS."""
+    eos = model.generation_config.eos_token_id
+    ids = list(eos) if isinstance(eos, list) else [] if eos is None else [eos]
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.insert(0, tokenizer.eos_token_id)
+    return ids
 
 
 def greedy_sampler(
@@ -150,12 +161,9 @@ def greedy_sampler(
             _said.add(reason)
             log.warning("Held-out evaluation decodes with model.generate (slower): %s.", reason)
         return None
-    # The EOS ids generate stops at are the generation config's (a list for chat models such as Qwen3).
-    eos = config.eos_token_id
-    eos_ids = tuple(eos if isinstance(eos, list) else [] if eos is None else [eos])
     settings = SamplingSettings(
         max_new_tokens=max_new_tokens,
-        eos_token_ids=eos_ids,
+        eos_token_ids=tuple(completion_end_ids(model, tokenizer)),
         do_sample=False,
         temperature=0,
         min_new_tokens=int(config.min_new_tokens or 0),

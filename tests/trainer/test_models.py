@@ -353,3 +353,28 @@ def test_full_fine_tuning_with_a_kl_reference_pins_the_hub_revision(
     assert config("Full", 0.1).model_init_kwargs == {"revision": revision, "local_files_only": True}
     assert config("LoRA", 0.1).model_init_kwargs is None  # the reference is the adapter switched off
     assert config("Full", 0.0).model_init_kwargs is None  # no reference at beta 0
+
+
+@pytest.mark.parametrize("declared", [None, 7, [7, 9]])
+def test_evaluation_ends_completions_where_grpo_rollouts_end(
+    tmp_path: Path, tiny_model_dir: Path, declared: int | list[int] | None
+) -> None:
+    """Evaluations stopped only at the generation config's EOS ids, TRL's rollouts also at the tokenizer's: with a
+    model whose config leaves the tokenizer's EOS out, evaluation ran past where training stops."""
+    datasets = pytest.importorskip("datasets")
+    trl = pytest.importorskip("trl")
+    from nodus.trainer.evaluate import completion_end_ids
+
+    model, tokenizer = load_model_and_tokenizer(resolve_model(str(tiny_model_dir)))
+    model.generation_config.eos_token_id = declared
+    prompts = datasets.Dataset.from_list([{"prompt": [{"role": "user", "content": "Repeat."}]}] * 2)
+    config = trl.GRPOConfig(
+        output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, num_generations=2, use_cpu=True,
+        report_to=[], save_strategy="no",
+    )  # fmt: skip
+    trainer = trl.GRPOTrainer(
+        model=model, reward_funcs=lambda completions, **_: [0.0] * len(completions), args=config,
+        train_dataset=prompts, processing_class=tokenizer,
+    )  # fmt: skip
+    assert sorted(completion_end_ids(model, tokenizer)) == sorted(trainer.eos_token_ids)
+    assert tokenizer.eos_token_id in completion_end_ids(model, tokenizer)
