@@ -21,6 +21,21 @@ from trl import GRPOTrainer
 
 log = logging.getLogger(__name__)
 
+# The share of a round's groups that teach nothing, logged with TRL's metrics. TRL's frac_reward_zero_std is not
+# that: it is per completion of a standard deviation that is batch-wide under scale_rewards="batch", and a group
+# with one graded completion (the others infrastructure failures) has a NaN deviation, which it counts as varied.
+ZERO_VARIANCE_METRIC = "zero_variance_groups"
+
+
+def zero_variance_fraction(rewards: torch.Tensor, group_size: int) -> float:
+    """The fraction of groups (consecutive `group_size` rewards; NaN: not graded) whose graded rewards are all the
+    same, fewer than two included: every advantage in such a group is 0, so GRPO learns nothing from it."""
+    grouped = rewards.view(-1, group_size)
+    graded = ~torch.isnan(grouped)
+    highest = torch.where(graded, grouped, -torch.inf).amax(dim=1)
+    lowest = torch.where(graded, grouped, torch.inf).amin(dim=1)
+    return float((~(highest > lowest)).float().mean().item())
+
 
 class FastGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
     """GRPOTrainer whose rollouts come from a static-cache, CUDA-graph sampler.
@@ -67,6 +82,16 @@ class FastGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
                 self.backbone.install()
             else:
                 log.info("Training forwards use the model's own: %s.", self.training_fallback_reason)
+
+    def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> Any:
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        # Gathered over every process here, as TRL's advantages are: whole groups, in order.
+        weights = self.reward_weights.to(rewards_per_func.device)
+        rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+        rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan  # unscorable: an infrastructure failure
+        mode = "train" if self.model.training else "eval"
+        self._metrics[mode][ZERO_VARIANCE_METRIC].append(zero_variance_fraction(rewards, self.num_generations))
+        return rewards_per_func
 
     @property
     def fast_weights(self) -> FastWeights | None:

@@ -61,7 +61,7 @@ def versions(env_distribution: str) -> dict[str, str | None]:
 def reward_signal(reward_state: dict[str, Any], metrics: list[dict[str, Any]]) -> dict[str, Any]:
     """Did training see a learning signal? Identical rewards everywhere means GRPO learned nothing."""
     counts: dict[str, int] = reward_state.get("rewardCounts", {})
-    fractions = [row["frac_reward_zero_std"] for row in metrics if row.get("frac_reward_zero_std") is not None]
+    fractions = [row["zero_variance_groups"] for row in metrics if row.get("zero_variance_groups") is not None]
     zero_variance = sum(fractions) / len(fractions) if fractions else None
     if len(counts) == 1:
         (value,) = counts

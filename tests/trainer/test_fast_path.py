@@ -558,6 +558,23 @@ def test_fast_grpo_trainer_trains_and_sampler_tracks_updates(tmp_path: Path) -> 
         torch.testing.assert_close(rollout.logprobs[b, : len(completions[b])], expected, atol=1e-4, rtol=0)
 
 
+def test_zero_variance_groups_are_the_groups_that_teach_nothing() -> None:
+    from nodus.trainer.fast_grpo import zero_variance_fraction
+
+    nan = float("nan")
+    rewards = torch.tensor(
+        [
+            [0.5, 0.5, 0.5],  # all equal: teaches nothing
+            [0.0, 1.0, 0.0],  # varied
+            [1.0, nan, nan],  # one graded (TRL's NaN std counted it as varied): teaches nothing
+            [nan, nan, nan],  # none graded
+            [0.2, nan, 0.7],  # two graded, different: varied
+            [0.3, 0.3, nan],  # two graded, equal: teaches nothing
+        ]
+    ).flatten()
+    assert zero_variance_fraction(rewards, 3) == pytest.approx(4 / 6)
+
+
 @pytest.mark.parametrize(
     ("generation_kwargs", "reason"),
     [

@@ -164,6 +164,7 @@ def test_a_round_of_completions_trained_over_two_steps_is_logged_and_checkpointe
     # Every step has its row (the steps that sample nothing used to be dropped, and with them their loss).
     assert [row["step"] for row in rows] == [1, 2, 3, 4] and all("loss" in row for row in rows)
     assert ["reward" in row for row in rows] == [True, False, True, False]
+    assert all(("zero_variance_groups" in row) == ("reward" in row) for row in rows)
     results = json.loads((out / "results.json").read_text())
     assert results["training"]["steps"] == 4
     assert [row["step"] for row in results["training"]["rewardPerStep"]] == [1, 3]
