@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
@@ -168,4 +169,43 @@ def _rejected_by_transformers(value: dict[str, Any]) -> str | None:
         return f"{WHERE}: {str(error).strip().splitlines()[0]}"
     finally:
         quiet.setLevel(level)
+    return None
+
+
+# The settings that name token ids: a token id past the model's vocabulary is silently ignored by some (e.g.
+# suppress_tokens) and fails the first sampling, after the baseline, in others (bad_words_ids).
+TOKEN_ID_SETTINGS = (
+    "suppress_tokens",
+    "begin_suppress_tokens",
+    "bad_words_ids",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+)
+
+
+def vocabulary_problem(trl: dict[str, Any], config_path: Callable[[], Path]) -> str | None:
+    """Token ids in a (checked) trl.generation_kwargs against the model's vocabulary, read from its config.json
+    (`config_path()`, called only when a token id is set): no weights need loading, so it runs before any work."""
+    value = trl.get("generation_kwargs")
+    if isinstance(value, str):
+        value = json.loads(value)  # checked JSON text of a mapping (problem() said so)
+    if trl.get("use_vllm") or not isinstance(value, dict) or not any(key in value for key in TOKEN_ID_SETTINGS):
+        return None
+    config = json.loads(config_path().read_text())
+    vocab_size = (config.get("text_config") or config).get("vocab_size")
+    return token_id_problem(value, vocab_size) if isinstance(vocab_size, int) else None
+
+
+def token_id_problem(value: dict[str, Any], vocab_size: int) -> str | None:
+    """The first token id of a (checked) generation_kwargs mapping that the model's vocabulary does not have."""
+    for key in TOKEN_ID_SETTINGS:
+        setting = value.get(key)
+        ids = setting if isinstance(setting, list) else [] if setting is None else [setting]
+        flat = [i for item in ids for i in (item if isinstance(item, list) else [item])]
+        past = [i for i in flat if i >= vocab_size]
+        if past:
+            return (
+                f"{WHERE}.{key} names token id {past[0]}, past the model's vocabulary of {vocab_size} tokens "
+                f"(ids 0 to {vocab_size - 1}); use the model's own token ids (its tokenizer's convert_tokens_to_ids)"
+            )
     return None

@@ -9,10 +9,11 @@ from decimal import Decimal
 from nodus.core.environment import Environment
 from nodus.core.grading import sandbox_limits
 from nodus.core.registry import get_registry
+from nodus.trainer import generation_kwargs
 from nodus.trainer.estimate import JobSettings, estimate_memory, load_model_shape, parse_method
 from nodus.trainer.estimate_cli import format_table
 from nodus.trainer.pricing import GPU_PRICES, fits, lookup_gpu, project_cost
-from nodus.trainer.spec import TrainingJob, check_combinations, check_cost_cap_rate
+from nodus.trainer.spec import InvalidJobSpec, TrainingJob, check_combinations, check_cost_cap_rate
 
 
 def planned_steps(job: TrainingJob) -> int:
@@ -75,7 +76,11 @@ def dry_run(job: TrainingJob, gpu_name: str | None, rate: Decimal | None) -> str
     ]
     source = resolve_model(spec.model.uri)
     try:
-        shape = load_model_shape(str(model_config_path(source)))
+        config_path = model_config_path(source)
+        vocabulary = generation_kwargs.vocabulary_problem(p.trl, lambda: config_path)
+        if vocabulary is not None:
+            raise InvalidJobSpec(vocabulary)
+        shape = load_model_shape(str(config_path))
     except ModelNotAvailable as error:
         # Planning must work before the model is downloaded: the rest of the plan does not need it.
         shape = None

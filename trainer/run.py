@@ -23,10 +23,17 @@ from nodus.core.environment import Environment, Task
 from nodus.core.errors import NodusError, first_line
 from nodus.core.grading import Grader
 from nodus.core.registry import get_registry
+from nodus.trainer import generation_kwargs
 from nodus.trainer.callbacks import CostMeter, RunCallback, format_duration
 from nodus.trainer.distributed import FSDP_SETTINGS, in_child, launch
 from nodus.trainer.evaluate import Evaluation, check_something_graded, evaluate, score_text
-from nodus.trainer.models import hub_arguments, load_model_and_tokenizer, require_nf4_device, resolve_model
+from nodus.trainer.models import (
+    hub_arguments,
+    load_model_and_tokenizer,
+    model_config_path,
+    require_nf4_device,
+    resolve_model,
+)
 from nodus.trainer.pricing import lookup_gpu
 from nodus.trainer.progress import Console
 from nodus.trainer.ranks import Ranks
@@ -114,6 +121,9 @@ def train(job: TrainingJob, options: RunOptions, environment: Environment | None
     processes = fsdp_processes(job) if spec.distributed.strategy == "FSDP" else 1
     # The launcher is one process to TRL, so it checks the whole batch there, as the child processes together will.
     grpo_config(GRPOConfig, job, RunDir(options.output), options, processes if in_child() else 1)
+    vocabulary = generation_kwargs.vocabulary_problem(spec.parameters.trl, lambda: model_config_path(source))
+    if vocabulary is not None:
+        raise InvalidJobSpec(vocabulary)
     if spec.distributed.strategy == "FSDP" and not in_child():
         return launch(job, options, processes)
     run = RunDir(options.output)

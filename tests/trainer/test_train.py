@@ -113,19 +113,18 @@ def test_kill_9_then_rerun_resumes_and_reuses_the_baseline(tiny_model: Path, tmp
 
 
 def test_a_run_that_fails_or_is_interrupted_says_so_in_results_json(tiny_model: Path, tmp_path: Path) -> None:
-    # A setting transformers fails on only at the first sampling, after the baseline (a token id past the vocabulary,
-    # which only the loaded model can tell): the run is recorded as failed, with the error.
+    # An optimizer whose package is missing: transformers fails when it builds the optimizer, after the baseline.
+    # The run is recorded as failed, with the error. (Token ids past the vocabulary, used here before, are now
+    # refused before any work.)
     failing = tmp_path / "failing"
-    words = 'generation_kwargs={"bad_words_ids": [[99999999]]}'
-    result = grpo("train", "--model", tiny_model, *TOY, "--max-steps", "2", "--trl", words, "--output", failing)
+    optim = 'optim="galore_adamw"'
+    result = grpo("train", "--model", tiny_model, *TOY, "--max-steps", "2", "--trl", optim, "--output", failing)
     assert result.returncode != 0
     assert f"run failed; recorded in {failing / 'results.json'}" in result.stderr
     assert "to continue from the start of training (no checkpoint yet)" in result.stderr
     record = json.loads((failing / "results.json").read_text())
     assert record["status"] == "failed"
-    assert record["error"] == (
-        "ValueError: The model vocabulary size is 507, but the following tokens were being biased: [99999999]"
-    )
+    assert record["error"].startswith("ImportError: You need to install `galore_torch` in order to use GaLore")
     assert record["baseline"]["meanScore"] == 0.0 and record["training"]["lastCheckpoint"] is None
 
     # Ctrl-C after the first checkpoint: status interrupted, and the same command continues from the checkpoint.
@@ -399,6 +398,13 @@ def test_identical_rewards_are_diagnosed(tiny_model: Path, tmp_path: Path) -> No
             "grpo: error: spec.parameters.trl.top_p = 'abc': Input should be a valid number (GRPOConfig's top_p is "
             "float); fix the value (in YAML, quote text and leave numbers unquoted)",
         ),
+        (
+            # Past the embedded model's 49,152 tokens: suppress_tokens ignored it, bad_words_ids failed later.
+            ["--trl", 'generation_kwargs={"bad_words_ids": [[5], [49152]]}'],
+            "grpo: error: spec.parameters.trl.generation_kwargs.bad_words_ids names token id 49152, past the model's "
+            "vocabulary of 49152 tokens (ids 0 to 49151); use the model's own token ids (its tokenizer's "
+            "convert_tokens_to_ids)",
+        ),
         (["--model", "hf://Qwen/Qwen3-0.6B"], None),
     ],
 )
@@ -437,6 +443,7 @@ def test_dry_run_prints_plan_memory_and_cost() -> None:
         ["--trl", "gradient_accumulation_steps=0"],  # TRL accepted it, then failed after the baseline
         ["--trl", 'generation_kwargs={"num_beams": 0}'],  # so did this one
         ["--trl", 'generation_kwargs={"no_repeat_ngram_sise": 3}'],  # and this one was silently ignored
+        ["--trl", 'generation_kwargs={"suppress_tokens": [151936]}'],  # past SmolLM2's vocabulary: ignored too
         ["--max-cost-usd", "5"],
         ["--limit", "wall_tme_s=3"],
         ["--limit", "wall_time_s=-1"],
