@@ -6,6 +6,7 @@ Importing this module must stay cheap (no torch): ``grpo envs`` and friends impo
 from __future__ import annotations
 
 import importlib.util
+import signal
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -103,8 +104,20 @@ def train(
     options = RunOptions(
         output=run_dir, gpu=gpu, gpu_rate=rate, quiet=quiet, report_to=["tensorboard"] if tensorboard else []
     )
+    # timeout, docker stop and batch schedulers stop a job with SIGTERM: stop as Ctrl-C does, recorded as interrupted
+    # in results.json (the default action ended the process with no record at all).
+    signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
     results = run_training(job, options)
     click.echo(f"results: {run_dir / 'results.json'} (status {results['status']})")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled as Ctrl-C."""
+
+
+def _stop_like_ctrl_c(_signum: int, _frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    raise Terminated()
 
 
 def parse_rate(text: str | None) -> Decimal | None:

@@ -17,19 +17,16 @@ from nodus.trainer.spec import InvalidJobSpec, TrainingJob, check_combinations, 
 
 
 def planned_steps(job: TrainingJob) -> int:
-    """Optimizer steps the job will take: maxSteps, or epochs over every (prompt, generation) pair, each trained on
-    num_iterations times, gradient_accumulation_steps batches a step (as TRL counts them)."""
+    """Optimizer steps the job will take, as TRL counts them: maxSteps, or per epoch the whole rounds of prompts the
+    train tasks fill (TRL drops a partial round), each trained on num_iterations times, in batches of batchSize,
+    gradient_accumulation_steps batches a step."""
     p = job.spec.parameters
     if p.max_steps is not None:
         return p.max_steps
-    completions = job.spec.environment.train_tasks * p.num_generations * _trl_count(p.trl, "num_iterations")
-    per_step = p.batch_size * _trl_count(p.trl, "gradient_accumulation_steps")
+    rounds = job.spec.environment.train_tasks // (p.completions_per_round // p.num_generations)
+    completions = rounds * p.completions_per_round * (p.trl_count("num_iterations") or 1)
+    per_step = p.batch_size * (p.trl_count("gradient_accumulation_steps") or 1)
     return max(1, math.ceil(p.epochs * completions / per_step))
-
-
-def _trl_count(trl: dict[str, object], key: str) -> int:
-    value = trl.get(key, 1)
-    return value if isinstance(value, int) and value >= 1 else 1
 
 
 def prompt_tokens_estimate(env: Environment, job: TrainingJob) -> int:

@@ -71,6 +71,12 @@ def reward_signal(reward_state: dict[str, Any], metrics: list[dict[str, Any]]) -
         )
     elif not counts:
         status = "warning: no training reward was graded"
+    elif zero_variance is not None and zero_variance >= 1.0:
+        # Rewards differed between prompts but never within a group: every advantage was 0.
+        status = (
+            "warning: within every group the rewards were equal (zero variance), so GRPO learned nothing; the "
+            "reward must tell a prompt's completions apart (partial credit, or tasks the model sometimes solves)"
+        )
     else:
         status = "ok"
     return {

@@ -8,6 +8,7 @@ cost cap, in the order a reader expects:
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib.util
 import shutil
@@ -130,18 +131,18 @@ def train(job: TrainingJob, options: RunOptions, environment: Environment | None
     # What touches the run directory happens on rank 0; the others follow once it is done.
     resuming = ranks.broadcast(run.claim(job.canonical()) if ranks.main else None)
     cost = CostMeter(rate, spec.max_cost_usd, previous_seconds=run.saved_spend())
-    say(
-        f"{'resuming' if resuming else 'starting'} {job.name} in {run.path}: {env.id_text()}, "
-        f"{len(train_tasks)} train / {len(heldout)} held-out tasks, seed {spec.environment.seed}, "
-        f"model {spec.model.uri}, {spec.parameters.method} r={spec.parameters.lora.r}"
-        + (f", FSDP over {ranks.world} processes" if ranks.world > 1 else "")
-    )
     previous: dict[str, Any] | None = read_json(run.results) if run.results.exists() else None
     if previous is not None:
         finished = finished_note(previous, spec.max_cost_usd)
         if finished:
             say(f"{finished}; results in {run.results}")
             return previous
+    say(
+        f"{'resuming' if resuming else 'starting'} {job.name} in {run.path}: {env.id_text()}, "
+        f"{len(train_tasks)} train / {len(heldout)} held-out tasks, seed {spec.environment.seed}, "
+        f"model {spec.model.uri}, {spec.parameters.method} r={spec.parameters.lora.r}"
+        + (f", FSDP over {ranks.world} processes" if ranks.world > 1 else "")
+    )
     if ranks.main:
         run.save_spec(job.canonical())  # continuing: now the changed resumable fields (maxCostUSD) apply
     try:
@@ -152,9 +153,11 @@ def train(job: TrainingJob, options: RunOptions, environment: Environment | None
     except BaseException as error:  # recorded, then raised as it was (a bug keeps its traceback)
         if ranks.main and not isinstance(error, SystemExit):
             try:
-                say(record_failure(run, job, distribution, error, previous))
+                say(record_failure(run, job, distribution, error, previous, cost))
             except Exception as recording:  # e.g. a full disk: the original error is the one to see
                 say(f"warning: could not record the failure in {run.results}: {recording}")
+            with contextlib.suppress(Exception):  # the time until the stop is billed too (loading, evaluating)
+                run.save_spend(cost.spent_seconds)
         raise
 
 
@@ -179,7 +182,12 @@ FINISHED = ("completed", "stopped_by_cost_cap")
 
 
 def record_failure(
-    run: RunDir, job: TrainingJob, distribution: str, error: BaseException, previous: dict[str, Any] | None
+    run: RunDir,
+    job: TrainingJob,
+    distribution: str,
+    error: BaseException,
+    previous: dict[str, Any] | None,
+    cost: CostMeter | None = None,
 ) -> str:
     """results.json for a run that raised: status failed (or interrupted, for Ctrl-C), the error, where to resume.
 
@@ -195,7 +203,11 @@ def record_failure(
     baseline = Evaluation.model_validate(read_json(run.baseline)) if run.baseline.exists() else None
     metrics = run.read_metrics()
     last = checkpoints[-1].name if checkpoints else None
-    resume = f"from {last}" if last else "from the start of training (no checkpoint yet)"
+    resume = (
+        f"from {last}" if last
+        else "from the start of training (no checkpoint yet)" if run.baseline.exists()
+        else "from the baseline evaluation"
+    )
     summary = None if baseline is None else {"meanScore": baseline.mean_score, "passRate": baseline.pass_rate}
     write_json_atomic(
         run.results,
@@ -207,6 +219,11 @@ def record_failure(
             "baseline": summary,
             "training": {"steps": metrics[-1]["step"] if metrics else 0, "lastCheckpoint": last},
             "resume": f"repeat the command with --output {run.path}: it continues {resume}",
+            "cost": None if cost is None else {
+                "runSecondsAllAttempts": round(cost.spent_seconds, 2),
+                "actualUSD": None if cost.usd() is None else str(cost.usd()),
+                "maxCostUSD": None if cost.cap is None else str(cost.cap),
+            },
             # What an earlier attempt finished with (a cost-capped run continued with a higher cap): not lost.
             "previous": previous if previous and previous.get("status") in FINISHED else (previous or {}).get(
                 "previous"
@@ -214,7 +231,24 @@ def record_failure(
         },
     )
     what = "interrupted" if interrupted else "failed"
-    return f"run {what}; recorded in {run.results}; repeat the command with --output {run.path} to continue {resume}"
+    return (
+        f"run {what}; recorded in {run.results}; repeat the command with --output {run.path} to continue {resume}"
+        + disk_space_note(run.path)
+    )
+
+
+LOW_DISK_BYTES = 256 * 1024 * 1024
+
+
+def disk_space_note(path: Path) -> str:
+    """Says when the run's disk is (nearly) full: torch reports a failed save as "basic_ios::clear: iostream error"."""
+    try:
+        free = shutil.disk_usage(path).free
+    except OSError:
+        return ""
+    if free >= LOW_DISK_BYTES:
+        return ""
+    return f" (the disk holding {path} has only {free / 2**20:.1f} MiB free: free some space first)"
 
 
 def train_claimed(
@@ -275,8 +309,15 @@ def train_claimed(
         )
         if checkpoint is not None:
             restore_accounting(run, checkpoint, reward, say, ranks)
+        elif ranks.main:
+            run.truncate_metrics(0)  # an attempt stopped before its first checkpoint: its steps are logged again
         try:
-            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+            if checkpoint is not None and ranks.world == 1 and training_finished(checkpoint):
+                # Stopped after training (during the final evaluation, say): train() would take one step too many.
+                say(f"training finished at {checkpoint.name}: loading it for the final evaluation")
+                trainer._load_from_checkpoint(str(checkpoint))
+            else:
+                trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
         finally:
             console.close()  # the live bar (on a terminal) ends with training
         save_trained_weights(trainer, tokenizer, run, ranks)
@@ -355,6 +396,8 @@ def final_evaluation(
         trained, tokenizer, env, heldout, grader, p.max_completion_length, p.eval_batch_size, fast_path_on(p, ranks),
         weights, p.chat_template_kwargs,
     )
+    # Nothing to compare: the run fails (not "completed"), and the repeated command evaluates again.
+    check_something_graded(final, "final evaluation", env.id_text())
     write_json_atomic(run.final, final.model_dump())
     return final
 
@@ -661,6 +704,12 @@ def lora_config(parameters: Parameters) -> Any:
         target_modules="all-linear",  # every linear layer of the decoder (q, k, v, o, gate, up, down), not lm_head
         task_type="CAUSAL_LM",
     )
+
+
+def training_finished(checkpoint: Path) -> bool:
+    """Whether a checkpoint is the last step of its run (transformers' own record of the step and the plan)."""
+    state = read_json(checkpoint / "trainer_state.json")
+    return bool(state.get("max_steps")) and int(state.get("global_step", 0)) >= int(state["max_steps"])
 
 
 def restore_accounting(run: RunDir, checkpoint: Path, reward: SandboxReward, say: Any, ranks: Ranks) -> None:

@@ -31,16 +31,31 @@ class RunDirectoryConflict(NodusError):
     """The output directory holds a run of a different spec."""
 
 
+class RunDirectoryUnusable(NodusError):
+    """The output directory cannot be created or written (read-only, a file in its path, no space)."""
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON so that a reader (or a kill -9) sees the old file or the new one, never half of one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(data, handle, indent=2, sort_keys=True)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # as open() would create it (mkstemp's 0600 hid results from the team)
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle, indent=2, sort_keys=True)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)  # a full disk must not leave a stray temporary file behind
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def read_json(path: Path) -> Any:
@@ -64,8 +79,25 @@ class RunDir:
     def claim(self, canonical_job: dict[str, Any]) -> bool:
         """Start a run here, or continue the one already here; True when continuing.
 
-        Refuses a directory that holds a run of a different spec, naming the first difference.
+        Refuses a directory that holds a run of a different spec, naming the first difference, and one that cannot
+        be written (before any work, rather than when the first file is due).
         """
+        try:
+            continuing = self._claim(canonical_job)
+            self._check_writable()
+        except OSError as error:
+            reason = error.strerror or str(error)
+            raise RunDirectoryUnusable(
+                f"--output {self.path} cannot be written ({reason}); pass a directory you can write to"
+            ) from None
+        return continuing
+
+    def _check_writable(self) -> None:
+        fd, probe = tempfile.mkstemp(dir=self.path, prefix=".write-probe.")
+        os.close(fd)
+        os.unlink(probe)
+
+    def _claim(self, canonical_job: dict[str, Any]) -> bool:
         if self.path.exists() and not self.path.is_dir():
             raise RunDirectoryConflict(f"--output {self.path} is a file; pass a directory (a new one starts a run)")
         if self.job.exists():

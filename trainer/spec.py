@@ -151,20 +151,27 @@ class Parameters(_Strict):
                 value = json.loads(value)
         return value if isinstance(value, dict) else {}
 
+    def trl_count(self, key: str) -> int | None:
+        """A positive whole-number trl field (e.g. num_iterations), or None when unset (or not one: checked later)."""
+        value = self.trl.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+    @property
+    def completions_per_round(self) -> int:
+        """Completions TRL samples in one round: generationBatchSize, or a step's batches (batchSize x
+        gradient_accumulation_steps, or x trl.steps_per_generation)."""
+        if self.generation_batch_size is not None:
+            return self.generation_batch_size
+        steps = self.trl_count("steps_per_generation") or self.trl_count("gradient_accumulation_steps") or 1
+        return self.batch_size * steps
+
     @property
     def steps_per_round(self) -> int:
         """Optimizer steps after which a round of sampled completions ends on a step boundary. TRL samples a round
         every steps_per_generation x num_iterations micro-batches and trains on it until then; a step takes
         gradient_accumulation_steps micro-batches. 1 unless generationBatchSize or those trl fields are set."""
-        trl = {key: value for key, value in self.trl.items() if isinstance(value, int) and value >= 1}
-        accumulation = trl.get("gradient_accumulation_steps", 1)
-        if "steps_per_generation" in trl:
-            per_round = trl["steps_per_generation"]
-        elif self.generation_batch_size is not None:
-            per_round = self.generation_batch_size // self.batch_size
-        else:
-            per_round = accumulation  # TRL's default: one round per optimizer step's micro-batches
-        micro = per_round * trl.get("num_iterations", 1)
+        accumulation = self.trl_count("gradient_accumulation_steps") or 1
+        micro = self.completions_per_round // self.batch_size * (self.trl_count("num_iterations") or 1)
         return micro // math.gcd(micro, accumulation)
 
     @property
@@ -528,6 +535,14 @@ def check_combinations(job: TrainingJob, function_environment: bool = False) -> 
     run applies it too (the device checks, a GPU for QLoRA or for FSDP, come when the run starts)."""
     parameters = job.spec.parameters
     check_trl_fields(parameters)
+    prompts = parameters.completions_per_round // parameters.num_generations
+    if job.spec.environment.train_tasks < prompts:
+        raise InvalidJobSpec(
+            f"trainTasks={job.spec.environment.train_tasks} is fewer than the {prompts} prompts of one round of "
+            f"completions ({parameters.completions_per_round} completions / numGenerations "
+            f"{parameters.num_generations}), so training would take no step; use at least {prompts} train tasks "
+            "(--train-tasks) or a smaller batchSize"
+        )
     if job.spec.distributed.strategy == "FSDP":
         if job.spec.distributed.processes is not None:
             check_fsdp_share(parameters.batch_size, job.spec.distributed.processes, "process")

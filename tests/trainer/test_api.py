@@ -140,3 +140,51 @@ def test_a_baseline_with_nothing_graded_stops_the_run_and_is_not_reused(tiny_mod
     record = json.loads((tmp_path / "run" / "results.json").read_text())
     assert record["status"] == "failed" and record["error"].startswith("NothingGraded: the baseline evaluation")
     assert not (tmp_path / "run" / "baseline.json").exists(), "a repeated command evaluates again"
+
+
+class Flaky:
+    """A reward that works, except while `broken` is set (a grader the sandbox cannot run at the final evaluation)."""
+
+    def __init__(self) -> None:
+        self.broken = False
+
+    def __call__(self, prompt: str, completion: str) -> float:
+        if self.broken:
+            raise RuntimeError("sandbox down on purpose")
+        return share_of_a(prompt, completion)
+
+
+def test_stops_after_training_resume_at_the_final_evaluation_without_training_again(
+    tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nodus.trainer.fast_grpo import FastGRPOTrainer
+
+    prompts = [f"Task {i}: write a" for i in range(40)]
+    out = tmp_path / "run"
+    reward = Flaky()
+    settings = dict(name="letters", output=out, quiet=True, model=str(tiny_model), max_steps=2, save_steps=2,
+                    num_generations=4, batch_size=8, max_completion_length=8)  # fmt: skip
+    train = FastGRPOTrainer.train
+
+    def train_then_break_the_grader(trainer: FastGRPOTrainer, *args: object, **kwargs: object) -> object:
+        result = train(trainer, *args, **kwargs)
+        reward.broken = True  # from the final evaluation on
+        return result
+
+    monkeypatch.setattr(FastGRPOTrainer, "train", train_then_break_the_grader)
+    with pytest.raises(NodusError, match="^the final evaluation graded none of the "):
+        api.train_on_function(prompts, reward, **settings)
+    monkeypatch.undo()
+    failed = json.loads((out / "results.json").read_text())
+    # Not "completed" with a final mean of n/a: failed, and the same call evaluates again.
+    assert failed["status"] == "failed" and failed["training"]["lastCheckpoint"] == "checkpoint-2"
+    assert not (out / "final.json").exists()
+
+    reward.broken = False
+    results = api.train_on_function(prompts, reward, **settings)
+    assert results["status"] == "completed"
+    # Resumed at the last step: not one more step (it trained step 3 of 2), and each step's row once.
+    assert results["training"]["steps"] == 2
+    assert [row["step"] for row in results["training"]["rewardPerStep"]] == [1, 2]
+    assert results["diagnostics"]["graded"] == 16  # 2 steps x 8 completions, none graded twice
+    assert results["final"]["scored"] == results["baseline"]["scored"]

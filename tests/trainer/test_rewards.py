@@ -16,9 +16,23 @@ def test_infrastructure_failures_are_none_and_counted() -> None:
         rewards = reward(prompts=dataset["prompt"], completions=completions, task=dataset["task"])
     assert rewards == [1.0, None]
     assert reward.state() == {"graded": 1, "infrastructureFailures": 1, "rewardCounts": {"1.0": 1}}
-    assert grader.stats.infrastructure_failures == 1 and grader.stats.retries == 2
+    # A grader that raises is not retried: the same code on the same payload would raise again.
+    assert grader.stats.infrastructure_failures == 1 and grader.stats.retries == 0
 
 
 def test_plain_and_conversational_completions() -> None:
     assert completion_text("abc") == "abc"
     assert completion_text([{"role": "assistant", "content": "x"}, {"role": "assistant", "content": "y"}]) == "xy"
+
+
+def test_reward_signal_warns_when_every_group_had_zero_variance() -> None:
+    """Rewards that differ between prompts but never within a group: every advantage is 0 although two values
+    occur, which once read "ok"."""
+    from nodus.trainer.results import reward_signal
+
+    state = {"rewardCounts": {"0.0": 8, "1.0": 8}, "graded": 16}
+    flat = reward_signal(state, [{"step": 1, "zero_variance_groups": 1.0}, {"step": 2, "zero_variance_groups": 1.0}])
+    assert flat["rewardSignal"].startswith("warning: within every group the rewards were equal (zero variance)")
+    assert flat["zeroVarianceGroupFraction"] == 1.0
+    varied = reward_signal(state, [{"step": 1, "zero_variance_groups": 1.0}, {"step": 2, "zero_variance_groups": 0.5}])
+    assert varied["rewardSignal"] == "ok" and varied["zeroVarianceGroupFraction"] == 0.75

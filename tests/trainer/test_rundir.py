@@ -76,6 +76,34 @@ def test_an_output_that_is_a_file_is_refused(tmp_path: Path) -> None:
     assert (tmp_path / "afile").read_text() == "mine"
 
 
+def test_an_output_below_a_file_is_refused_in_one_line(tmp_path: Path) -> None:
+    from nodus.trainer.rundir import RunDirectoryUnusable
+
+    (tmp_path / "afile").write_text("mine")
+    with pytest.raises(RunDirectoryUnusable) as error:  # was a NotADirectoryError traceback
+        RunDir(tmp_path / "afile" / "sub").claim(canonical())
+    assert str(error.value) == (
+        f"--output {tmp_path / 'afile' / 'sub'} cannot be written (Not a directory); pass a directory you can write to"
+    )
+
+
+def test_json_files_are_readable_by_others_and_a_failed_write_leaves_nothing(tmp_path: Path) -> None:
+    import os
+
+    from nodus.trainer.rundir import write_json_atomic
+
+    mask = os.umask(0o022)
+    try:
+        write_json_atomic(tmp_path / "results.json", {"a": 1})
+    finally:
+        os.umask(mask)
+    assert (tmp_path / "results.json").stat().st_mode & 0o777 == 0o644  # was 0600 (mkstemp's)
+    with pytest.raises(TypeError):
+        write_json_atomic(tmp_path / "results.json", {"a": object()})  # fails half-way, as a full disk does
+    assert [p.name for p in tmp_path.iterdir()] == ["results.json"], "no stray temporary file"
+    assert json.loads((tmp_path / "results.json").read_text()) == {"a": 1}
+
+
 def test_only_marked_checkpoints_count_and_half_written_ones_are_removed(tmp_path: Path) -> None:
     run = RunDir(tmp_path)
     for step in (25, 50, 75):

@@ -181,6 +181,31 @@ def test_a_round_of_completions_trained_over_two_steps_is_logged_and_checkpointe
     assert [(row["step"], "reward" in row) for row in rows] == [(1, True), (2, False), (3, True), (4, False)]
 
 
+def test_sigterm_is_recorded_as_an_interruption_and_a_restart_logs_each_step_once(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    # timeout, docker stop and schedulers send SIGTERM: it left no record at all. Stopped after a logged step but
+    # before the first checkpoint, the restart used to append its steps after the old rows (steps 1, 1, 2, ...).
+    out = tmp_path / "run"
+    args = ["train", "--model", str(tiny_model), *TOY, "--max-steps", "4", "--save-steps", "4", "--output", str(out)]
+    process = subprocess.Popen([GRPO, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text().strip():
+        assert process.poll() is None and time.monotonic() < deadline, "no step was logged"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode != 0
+    record = json.loads((out / "results.json").read_text())
+    assert record["status"] == "interrupted" and record["training"]["lastCheckpoint"] is None
+    assert record["resume"].endswith("it continues from the start of training (no checkpoint yet)")
+    assert record["cost"]["runSecondsAllAttempts"] > 0 and (out / "spend.json").exists()
+    resumed = grpo(*args)
+    assert resumed.returncode == 0, resumed.stderr
+    results = json.loads((out / "results.json").read_text())
+    assert [row["step"] for row in results["training"]["rewardPerStep"]] == [1, 2, 3, 4]
+
+
 def test_cost_cap_stops_training_and_records_the_status(tiny_model: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     # $360/h is 10 cents a second: a $2.00 cap (20 s of the whole run) allows well under the 400 steps asked for.
@@ -405,6 +430,12 @@ def test_identical_rewards_are_diagnosed(tiny_model: Path, tmp_path: Path) -> No
             "vocabulary of 49152 tokens (ids 0 to 49151); use the model's own token ids (its tokenizer's "
             "convert_tokens_to_ids)",
         ),
+        (
+            ["--train-tasks", "1"],
+            "grpo: error: trainTasks=1 is fewer than the 2 prompts of one round of completions (8 completions / "
+            "numGenerations 4), so training would take no step; use at least 2 train tasks (--train-tasks) or a "
+            "smaller batchSize",
+        ),
         (["--model", "hf://Qwen/Qwen3-0.6B"], None),
     ],
 )
@@ -444,6 +475,7 @@ def test_dry_run_prints_plan_memory_and_cost() -> None:
         ["--trl", 'generation_kwargs={"num_beams": 0}'],  # so did this one
         ["--trl", 'generation_kwargs={"no_repeat_ngram_sise": 3}'],  # and this one was silently ignored
         ["--trl", 'generation_kwargs={"suppress_tokens": [151936]}'],  # past SmolLM2's vocabulary: ignored too
+        ["--train-tasks", "1"],  # fewer than a round's 2 prompts: it trained no step and said "completed"
         ["--max-cost-usd", "5"],
         ["--limit", "wall_tme_s=3"],
         ["--limit", "wall_time_s=-1"],
