@@ -107,6 +107,14 @@ class Environment(ABC):
     def reference(self, task: Task) -> str:
         """A completion that scores 1.0: used by tests, property checks and SFT warm-up."""
 
+    def warm_up(self) -> None:
+        """Load what grading needs (lazy imports, compiled patterns, tables) before the first grade.
+
+        The sandbox calls it once per worker before a completion's wall-time limit starts, so that loading the
+        grader is never charged to a completion (a correct answer that ran into the limit while a library was
+        imported would score 0). Override it when ``grade`` imports or builds something on first use."""
+        return None  # nothing to load by default
+
     # --- what the framework provides -------------------------------------------------------------------
 
     @classmethod

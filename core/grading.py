@@ -54,6 +54,21 @@ def grade_job(payload: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+_warmed: set[tuple[str, str]] = set()
+
+
+def prepare_job(payload: dict[str, Any]) -> None:
+    """Run by the sandbox worker before a job's time limit starts (see ``Environment.warm_up``): loads the
+    environment (plugin discovery, parameter validation) and warms it up, once per environment and process."""
+    key = (payload["env"], _params_key(payload["params"]))
+    if key not in _warmed:
+        _environment(*key).warm_up()
+        _warmed.add(key)
+
+
+grade_job.prepare = prepare_job  # type: ignore[attr-defined]  # the worker's hook, see sandbox/worker.py
+
+
 def sandbox_limits(env: Environment, limits: Mapping[str, Any] | None) -> SandboxLimits:
     """The environment's sandbox limits with the user's overrides; an invalid override is one line naming the
     limits there are (checked by the dry run too, so a typo fails before a run is planned on it)."""

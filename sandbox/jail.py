@@ -184,7 +184,7 @@ def build_worker_command(
     extra_mounts: Iterable[str | os.PathLike[str]] = (),
     hidden_paths: Iterable[str | os.PathLike[str]] = (),
 ) -> list[str]:
-    """argv that starts one long-lived jailed worker (``python -m nodus.sandbox.worker``)."""
+    """argv that starts one long-lived jailed worker (``python -m nodus.sandbox``, see sandbox/__main__.py)."""
     hidden = [Path(p).resolve() for p in hidden_paths]
     mounts = python_mounts(extra_mounts)
     for path in mounts:
@@ -230,7 +230,7 @@ def build_worker_command(
         # user namespace, i.e. per worker in this (unprivileged) configuration.
         argv += ["--rlimit_as", str(worker_memory_mb), "--rlimit_nproc", str(worker_processes)]
     argv += ["--seccomp_string", SECCOMP_POLICY]
-    argv += ["--", sys.executable, "-m", "nodus.sandbox.worker", json.dumps(worker_config)]
+    argv += ["--", sys.executable, "-m", "nodus.sandbox", json.dumps(worker_config)]
     return argv
 
 

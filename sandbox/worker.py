@@ -1,6 +1,6 @@
 """The long-lived grading worker that runs as pid 1 inside one nsjail.
 
-Started as ``python -m nodus.sandbox.worker '<json config>'``.  It speaks the frame protocol on
+Started as ``python -m nodus.sandbox '<json config>'`` (sandbox/__main__.py).  It speaks the frame protocol on
 private duplicates of the fds 0/1 it was started with, and points 0/1 at /dev/null, so nothing a
 grader or a completion prints can be mistaken for a reply.
 
@@ -116,6 +116,14 @@ class Worker:
             target = resolve_target(str(job.get("target")))
         except BaseException:  # noqa: BLE001 - an unimportable target is the grader's bug
             return infrastructure("grader_error", traceback.format_exc())
+        # A target's `prepare(payload)` loads what it needs (e.g. the environment) before the limit starts: loading
+        # is the worker's cost, not the completion's (in a job child, inherited through the fork, loaded once).
+        prepare = getattr(target, "prepare", None)
+        if prepare is not None:
+            try:
+                prepare(job["payload"])
+            except BaseException:  # noqa: BLE001 - a grader that cannot load is the grader's bug
+                return infrastructure("grader_error", traceback.format_exc())
         if self.isolate:
             return self._run_in_job_child(target, job["payload"])
         try:

@@ -164,7 +164,7 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]  # transformers is unt
             f"ETA {format_duration(remaining)}",
         ]
         if row["infrastructure_failures"]:
-            parts.append(f"infrastructure failures {row['infrastructure_failures']}")
+            parts.append(f"infrastructure failures so far {row['infrastructure_failures']}")
         if self.cost.usd_per_hour is not None:
             projected = self.cost.usd(self.cost.spent_seconds + remaining)
             parts.append(f"spent ${self.cost.usd()} (projected ${projected})")

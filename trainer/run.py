@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib.util
+import logging
 import shutil
 import time
 import warnings
@@ -83,14 +84,21 @@ def hourly_rate(options: RunOptions, gpus: int = 1) -> tuple[Decimal | None, flo
 
 def quiet_libraries() -> None:
     """Our progress line is the display: silence transformers' log dicts, progress bars and deprecation chatter."""
-    from transformers.utils import logging
+    from transformers.utils import logging as transformers_logging
 
-    logging.set_verbosity_error()
-    logging.disable_progress_bar()
+    transformers_logging.set_verbosity_error()
+    transformers_logging.disable_progress_bar()
     import datasets
 
     datasets.disable_progress_bars()  # TRL's SFT data preparation ("Tokenizing train dataset ...")
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\..*")
+    # nodus' reward returns None only for an infrastructure failure, which the sandbox pool logs in one line and the
+    # progress line counts; TRL's warning repeats each one over three lines with the task and the raw completion.
+    logging.getLogger("trl.trainer.grpo_trainer").addFilter(_drop_none_reward_dump)
+
+
+def _drop_none_reward_dump(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("All reward functions returned None")
 
 
 def train(job: TrainingJob, options: RunOptions, environment: Environment | None = None) -> dict[str, Any]:
@@ -480,7 +488,10 @@ def run_sft_warmup(
         model, tokenizer, env, heldout, grader, p.max_completion_length, p.eval_batch_size, fast,
         chat_template_kwargs=p.chat_template_kwargs,
     )
-    say(f"after SFT: mean score {score_text(after.mean_score)}, pass rate {score_text(after.pass_rate)}")
+    say(
+        f"after SFT: mean score {score_text(after.mean_score)}, pass rate {score_text(after.pass_rate)}"
+        + ungraded_note(after)
+    )
     warmup = {**summary.to_json(), "afterSft": after.model_dump()}
     write_json_atomic(run.sft, warmup)
     return model, warmup
@@ -547,7 +558,7 @@ def baseline_evaluation(
     write_json_atomic(run.baseline, baseline.model_dump())
     say(
         f"baseline: mean score {score_text(baseline.mean_score)}, pass rate {score_text(baseline.pass_rate)} "
-        f"({format_duration(baseline.seconds)})"
+        f"({format_duration(baseline.seconds)}){ungraded_note(baseline)}"
     )
     return baseline
 
@@ -828,11 +839,28 @@ def summary_line(baseline: Evaluation, final: Evaluation | None, results: dict[s
             f"; after the SFT warm-up {score_text(warmup['afterSft']['meanScore'])}, so GRPO's own difference "
             f"{difference} (sign test p={p_value(grpo)})"
         )
+    failures = {
+        "training": results["diagnostics"]["infrastructureFailures"],
+        "baseline": baseline.infrastructure_failures,
+        "final": final.infrastructure_failures,
+    }
+    failed = ", ".join(f"{count} in {where}" for where, count in failures.items() if count)
     return (
         f"done ({results['status']}): held-out mean score {score_text(baseline.mean_score)} -> "
         f"{score_text(final.mean_score)} (pass rate {score_text(baseline.pass_rate)} -> {score_text(final.pass_rate)}; "
         f"sign test p={p_value(results['difference'])}){grpo_part}; "
         f"{results['diagnostics']['rewardSignal']}"
+        + (f"; grading infrastructure failures (left out, never scored): {failed}" if failed else "")
+    )
+
+
+def ungraded_note(evaluation: Evaluation) -> str:
+    """For an evaluation line: how many tasks the means leave out because grading them failed."""
+    if not evaluation.infrastructure_failures:
+        return ""
+    return (
+        f"; over the {evaluation.scored} of {len(evaluation.tasks)} tasks graded "
+        f"({evaluation.infrastructure_failures} grading infrastructure failures, left out)"
     )
 
 

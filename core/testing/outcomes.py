@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -83,7 +84,7 @@ def _infrastructure_outcome(value: dict[str, Any], seconds: float | None) -> Out
     attempts = value.get("attempts")
     tries = f" on each of {attempts} attempts" if isinstance(attempts, int) and attempts > 1 else ""
     if reason in WORKER_KILLED:
-        cause = _without_runpy_warning(details)
+        cause = summary_line(details, 200)
         error = f"killed its sandbox worker{tries} (over memory_mb, or crashed the interpreter): {cause}"
         return Outcome(None, None, "", error=error, seconds=seconds, killed_worker=True)
     if reason in WORKER_HUNG:
@@ -92,16 +93,14 @@ def _infrastructure_outcome(value: dict[str, Any], seconds: float | None) -> Out
     return Outcome(None, None, summary, infrastructure=True, seconds=seconds, reason=reason or "unknown")
 
 
-def _without_runpy_warning(details: str) -> str:
-    """The pool's "<problem>; nsjail said: <line> | <line>" without runpy's warning about ``python -m``, which
-    every worker prints: noise that would fill the line in place of the cause."""
-    problem, _, said = details.partition("; nsjail said:")
-    lines = [line.strip() for line in said.split(" | ") if line.strip() and "RuntimeWarning" not in line]
-    return summary_line(problem + (f"; nsjail said: {' | '.join(lines)}" if lines else ""), 200)
+_warmed: weakref.WeakSet[Environment] = weakref.WeakSet()
 
 
 def grade_in_process(env: Environment, task: Task, completion: str, limit: float) -> Outcome:
     """Grade as the sandbox does: within ``limit`` seconds, and the result checked as the worker checks it."""
+    if env not in _warmed:  # as the sandbox worker does: loading the grader is not the completion's time
+        env.warm_up()
+        _warmed.add(env)
     started = time.perf_counter()
     try:
         grade = call_with_time_limit(lambda: env.grade(task, completion), limit)

@@ -188,3 +188,36 @@ def test_stops_after_training_resume_at_the_final_evaluation_without_training_ag
     assert [row["step"] for row in results["training"]["rewardPerStep"]] == [1, 2]
     assert results["diagnostics"]["graded"] == 16  # 2 steps x 8 completions, none graded twice
     assert results["final"]["scored"] == results["baseline"]["scored"]
+
+
+def reward_failing_every_fourth_task(prompt: str, completion: str) -> float:
+    if int(prompt.split()[1].rstrip(":")) % 4 == 0:
+        raise RuntimeError("grader down for this task on purpose")
+    return share_of_a(prompt, completion)
+
+
+def test_partial_grading_failures_are_said_where_the_means_are(
+    tiny_model: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    prompts = [f"Task {i}: write a" for i in range(48)]
+    results = api.train_on_function(
+        prompts, reward_failing_every_fourth_task, name="letters", output=tmp_path / "run", model=str(tiny_model),
+        max_steps=2, num_generations=4, batch_size=8, max_completion_length=8,
+    )  # fmt: skip
+    err = capfd.readouterr().err
+    baseline = results["baseline"]
+    failed = baseline["infrastructureFailures"]
+    assert failed > 0, "the split must hold some failing held-out tasks for this test to mean anything"
+    # The means cover the graded tasks only, and the lines say so (they read like a 0.000 over every task).
+    assert (
+        f"over the {baseline['scored']} of {baseline['scored'] + failed} tasks graded ({failed} grading "
+        "infrastructure failures, left out)"
+    ) in err
+    counts = {
+        "training": results["diagnostics"]["infrastructureFailures"],
+        "baseline": failed,
+        "final": results["final"]["infrastructureFailures"],
+    }
+    summary = next(line for line in err.splitlines() if line.startswith("done (completed)"))
+    listed = ", ".join(f"{count} in {where}" for where, count in counts.items() if count)
+    assert summary.endswith(f"; grading infrastructure failures (left out, never scored): {listed}")

@@ -1,5 +1,6 @@
 """The reward function TRL calls: scores from the sandbox, and None (never 0) for an infrastructure failure."""
 
+import pytest
 from nodus.core import load_environment
 from nodus.core.grading import Grader
 from nodus.trainer.rewards import SandboxReward, completion_text, prompt_dataset
@@ -36,3 +37,20 @@ def test_reward_signal_warns_when_every_group_had_zero_variance() -> None:
     assert flat["zeroVarianceGroupFraction"] == 1.0
     varied = reward_signal(state, [{"step": 1, "zero_variance_groups": 1.0}, {"step": 2, "zero_variance_groups": 0.5}])
     assert varied["rewardSignal"] == "ok" and varied["zeroVarianceGroupFraction"] == 0.75
+
+
+def test_trls_dump_of_each_none_reward_is_left_out(caplog: pytest.LogCaptureFixture) -> None:
+    """An infrastructure failure is one line from the sandbox pool and a count on the progress line; TRL also
+    printed three lines for each, with the task and the raw completion, even under --quiet."""
+    import logging
+
+    from nodus.trainer.run import quiet_libraries
+    from trl.trainer import grpo_trainer
+
+    quiet_libraries()
+    logger = logging.getLogger("trl.trainer.grpo_trainer")
+    assert grpo_trainer.logger.logger is logger  # the logger TRL's warning goes through
+    with caplog.at_level(logging.WARNING):
+        logger.warning("All reward functions returned None for the following kwargs:\n{'task': ...}\nPlease ...")
+        logger.warning("another warning")
+    assert [record.getMessage() for record in caplog.records] == ["another warning"]

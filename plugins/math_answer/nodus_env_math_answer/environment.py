@@ -61,6 +61,10 @@ class MathAnswer(FileBackedEnvironment):
             wrong.append(f"\\boxed{{{answer[:digit]}{(int(answer[digit]) + 1) % 10}{answer[digit + 1 :]}}}")
         return wrong
 
+    def warm_up(self) -> None:
+        # math-verify (sympy, the LaTeX parser) is imported on first use: about a second, not the completion's.
+        equivalent("1", "1")
+
     def grade(self, task: Task, completion: str) -> Grade:
         answer, how = final_answer(completion, self.params.last_number_fallback)
         if answer is None:

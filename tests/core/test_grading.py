@@ -1,0 +1,18 @@
+"""Grading through the real sandbox: what a completion is charged for."""
+
+from __future__ import annotations
+
+import pytest
+from nodus.core import load_environment
+from nodus.core.grading import Grader
+
+
+@pytest.mark.parametrize("env_id", ["test/letters@1", "math-answer@1"])
+def test_loading_the_grader_is_not_charged_to_the_first_completion(env_id: str) -> None:
+    """A fresh worker loads the environment (plugin discovery, math-verify's import: about a second) before the
+    first job's wall-time limit starts. It used to count, so a correct answer scored 0 ("grading exceeded 0.3s")."""
+    env = load_environment(env_id)
+    task = env.task("heldout", 42, 0)
+    with Grader(env, limits={"wall_time_s": 0.3, "cpu_time_s": 1}, workers=1) as grader:
+        (outcome,) = grader.grade([(task, env.reference(task))])
+    assert (outcome.status, outcome.score, outcome.passed) == ("graded", 1.0, True), outcome.details
