@@ -120,7 +120,8 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]  # transformers is unt
             at_round_end = state.global_step % self.steps_per_round == 0
             control.should_save = state.global_step > 0 and at_round_end
             self.say(
-                f"stopping: one more step would pass maxCostUSD {self.cost.cap} (spent ${self.cost.usd()})"
+                f"stopping: one more step ({step or 0:.1f} s) and the wrap-up after it (saves, {wrap_up:.1f} s) would "
+                f"pass maxCostUSD {self.cost.cap} (spent ${self.cost.usd()})"
                 + ("" if at_round_end else "; no checkpoint inside a round of completions: a continued run resumes "
                    "from the last one")
             )

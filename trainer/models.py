@@ -133,6 +133,25 @@ def model_config_path(source: ModelSource) -> Path:
         raise ModelNotAvailable(message.splitlines()[0]) from error
 
 
+def context_length(config_path: Path) -> int | None:
+    """The model's context in tokens (max_position_embeddings in its config.json), or None when it does not say."""
+    config = json.loads(config_path.read_text())
+    value = (config.get("text_config") or config).get("max_position_embeddings")
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def completion_length_problem(config_path: Path, max_completion_length: int) -> str | None:
+    """maxCompletionLength that leaves no room for a prompt in the model's context (generation past it is garbage
+    for most models and an index error for some), or None."""
+    context = context_length(config_path)
+    if context is None or max_completion_length < context:
+        return None
+    return (
+        f"maxCompletionLength={max_completion_length} leaves no room for a prompt in the model's context of {context} "
+        f"tokens (max_position_embeddings); use a --max-completion-length well below {context}"
+    )
+
+
 # -- references ---------------------------------------------------------------------------------------------------
 
 

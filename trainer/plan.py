@@ -36,7 +36,7 @@ def prompt_tokens_estimate(env: Environment, job: TrainingJob) -> int:
 
 
 def dry_run(job: TrainingJob, gpu_name: str | None, rate: Decimal | None) -> str:
-    from nodus.trainer.models import ModelNotAvailable, model_config_path, resolve_model
+    from nodus.trainer.models import ModelNotAvailable, completion_length_problem, model_config_path, resolve_model
 
     # What the run would refuse at its start, the plan refuses too.
     check_combinations(job)
@@ -75,8 +75,9 @@ def dry_run(job: TrainingJob, gpu_name: str | None, rate: Decimal | None) -> str
     try:
         config_path = model_config_path(source)
         vocabulary = generation_kwargs.vocabulary_problem(p.trl, lambda: config_path)
-        if vocabulary is not None:
-            raise InvalidJobSpec(vocabulary)
+        problem = vocabulary or completion_length_problem(config_path, p.max_completion_length)
+        if problem is not None:
+            raise InvalidJobSpec(problem)
         shape = load_model_shape(str(config_path))
     except ModelNotAvailable as error:
         # Planning must work before the model is downloaded: the rest of the plan does not need it.

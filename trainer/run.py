@@ -28,8 +28,10 @@ from nodus.core.registry import get_registry
 from nodus.trainer import generation_kwargs
 from nodus.trainer.callbacks import CostMeter, RunCallback, format_duration
 from nodus.trainer.distributed import FSDP_SETTINGS, in_child, launch
-from nodus.trainer.evaluate import Evaluation, check_something_graded, evaluate, score_text
+from nodus.trainer.evaluate import Evaluation, check_something_graded, evaluate, render_prompts, score_text
 from nodus.trainer.models import (
+    ModelNotAvailable,
+    completion_length_problem,
     hub_arguments,
     load_model_and_tokenizer,
     model_config_path,
@@ -133,6 +135,10 @@ def train(job: TrainingJob, options: RunOptions, environment: Environment | None
     vocabulary = generation_kwargs.vocabulary_problem(spec.parameters.trl, lambda: model_config_path(source))
     if vocabulary is not None:
         raise InvalidJobSpec(vocabulary)
+    with contextlib.suppress(ModelNotAvailable):  # a model not available yet is reported when it is loaded
+        length = completion_length_problem(model_config_path(source), spec.parameters.max_completion_length)
+        if length is not None:
+            raise InvalidJobSpec(length)
     if spec.distributed.strategy == "FSDP" and not in_child():
         return launch(job, options, processes)
     run = RunDir(options.output)
@@ -287,6 +293,7 @@ def train_claimed(
         device=f"cuda:{ranks.local_rank}" if on_gpu and ranks.world == 1 else None,
     )
     warn_if_answers_cannot_fit(env, heldout, tokenizer, spec.parameters.max_completion_length, say)
+    warn_if_context_overflows(env, heldout, tokenizer, model, spec.parameters, say)
     with grader:
         if ranks.main:
             if on_gpu and ranks.world > 1:
@@ -580,6 +587,24 @@ def warn_if_answers_cannot_fit(env: Environment, tasks: list[Task], tokenizer: A
         )
 
 
+def warn_if_context_overflows(
+    env: Environment, tasks: list[Task], tokenizer: Any, model: Any, parameters: Parameters, say: Any
+) -> None:
+    """A prompt plus maxCompletionLength past the model's context: completions there are generated past it."""
+    context = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+    if not isinstance(context, int):
+        return
+    limit = parameters.max_completion_length
+    texts = render_prompts(tokenizer, [env.prompt(task) for task in tasks], parameters.chat_template_kwargs)
+    longest = max(len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"])
+    if longest + limit > context:
+        say(
+            f"warning: the longest held-out prompt ({longest} tokens) plus maxCompletionLength ({limit}) passes the "
+            f"model's context of {context} tokens, where generation degrades; use --max-completion-length "
+            f"{max(context - longest, 1)} or less"
+        )
+
+
 def warn_if_no_signal(start: Evaluation, say: Any, after_warmup: bool = False) -> None:
     """Warn when every held-out score GRPO starts from is the same (the baseline, or the SFT warm-up's result)."""
     scores = {t.score for t in start.tasks if t.score is not None}
@@ -703,6 +728,18 @@ def grpo_config(config_cls: Any, job: TrainingJob, run: RunDir, options: RunOpti
         raise InvalidJobSpec(f"TRL rejected the training parameters: {str(error).splitlines()[0]}") from None
 
 
+def effective_settings(p: Parameters) -> dict[str, Any]:
+    """The values the spec leaves to a default or that follow from it (job.json keeps the spec as written)."""
+    from nodus.trainer.sft import DEFAULT_LEARNING_RATE
+
+    return {
+        "loraAlpha": None if p.method == "Full" else p.lora.alpha or 2 * p.lora.r,
+        "sftLearningRate": (p.sft_learning_rate or DEFAULT_LEARNING_RATE[p.method]) if p.sft_warmup_steps else None,
+        "checkpointSteps": p.checkpoint_steps,
+        "completionsPerRound": p.completions_per_round,
+    }
+
+
 def lora_config(parameters: Parameters) -> Any:
     if parameters.method == "Full":
         return None
@@ -782,6 +819,7 @@ def assemble_results(
     return {
         "status": status,
         "job": job.canonical(),
+        "effectiveSettings": effective_settings(job.spec.parameters),
         "versions": versions(distribution),
         "model": model_display,
         "environment": env.id_text(),

@@ -58,6 +58,16 @@ class ModelRef(_Strict):
         description="'default' (the embedded SmolLM2-135M-Instruct), a local directory, or hf://org/name@revision.",
     )
 
+    @field_validator("uri")
+    @classmethod
+    def _local_folder_as_absolute_path(cls, uri: str) -> str:
+        # A run directory compares specs as text: "tiny" and "/runs/tiny" from another directory are one model (and
+        # "tiny" from two directories may be two), so a local folder is recorded as its absolute path.
+        text = uri.strip()
+        if text in ("", DEFAULT_MODEL) or text.startswith("hf://"):
+            return uri
+        return str(Path(text).expanduser().resolve())
+
 
 class EnvironmentRef(_Strict):
     name: str = Field(description="Environment id, e.g. nodus/graph-coloring@1.")

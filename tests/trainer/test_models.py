@@ -378,3 +378,31 @@ def test_evaluation_ends_completions_where_grpo_rollouts_end(
     )  # fmt: skip
     assert sorted(completion_end_ids(model, tokenizer)) == sorted(trainer.eos_token_ids)
     assert tokenizer.eos_token_id in completion_end_ids(model, tokenizer)
+
+
+def test_a_prompt_and_completion_past_the_context_are_warned_about(tiny_model_dir: Path) -> None:
+    from nodus.core.registry import get_registry
+    from nodus.trainer.run import warn_if_context_overflows
+    from nodus.trainer.spec import load_job
+
+    model, tokenizer = load_model_and_tokenizer(resolve_model(str(tiny_model_dir)))
+    env = get_registry().resolve("test/letters@1").spec.make({})
+    tasks = env.tasks("heldout", 42, 4)
+    said: list[str] = []
+    for length in (64, 1020):
+        job = load_job(None, {"spec.environment.name": "test/letters@1", "spec.parameters.maxCompletionLength": length})
+        warn_if_context_overflows(env, tasks, tokenizer, model, job.spec.parameters, said.append)
+    assert len(said) == 1 and said[0].startswith("warning: the longest held-out prompt (")
+    assert "plus maxCompletionLength (1020) passes the model's context of 1024 tokens" in said[0]
+
+
+def test_a_local_model_is_recorded_by_its_absolute_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Run directories compare specs as text: "tiny" from one directory and its absolute path are one model."""
+    from nodus.trainer.spec import load_job
+
+    monkeypatch.chdir(tmp_path)
+    env = {"spec.environment.name": "test/letters@1"}
+    relative = load_job(None, {**env, "spec.model.uri": "models/tiny"})
+    absolute = load_job(None, {**env, "spec.model.uri": str(tmp_path / "models/tiny")})
+    assert relative.spec.model.uri == str(tmp_path / "models" / "tiny") == absolute.spec.model.uri
+    assert load_job(None, {"spec.environment.name": "test/letters@1"}).spec.model.uri == "default"

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -62,6 +63,10 @@ def test_held_out_reward_rises_and_the_run_reports_it(tiny_model: Path, tmp_path
     assert set(results["baseline"]["perTask"]) == set(results["heldOutTaskIds"])
     assert results["versions"]["nodus-env-toy"] == "0.1.0" and results["versions"]["trl"]
     assert results["job"]["spec"]["parameters"]["method"] == "Full"
+    # What the spec left open is recorded as it ran (the spec itself keeps lora.alpha and sftLearningRate null).
+    assert results["effectiveSettings"] == {
+        "loraAlpha": None, "sftLearningRate": None, "checkpointSteps": 30, "completionsPerRound": 8
+    }
     assert [row["step"] for row in results["training"]["rewardPerStep"]] == list(range(1, 61))
     assert (out / "reward.png").stat().st_size > 10_000
     assert (out / "adapter" / "config.json").exists()
@@ -231,7 +236,9 @@ def test_cost_cap_stops_training_and_records_the_status(tiny_model: Path, tmp_pa
     assert results["status"] == "stopped_by_cost_cap"
     assert 0 < results["training"]["steps"] < 400
     assert float(results["cost"]["actualUSD"]) <= 2.00
-    assert "stopping: one more step would pass maxCostUSD 2.00" in result.stderr
+    # The stop counts the wrap-up too: a projection that stays under the cap must not read as a contradiction.
+    assert re.search(r"stopping: one more step \(\d+\.\d s\) and the wrap-up after it \(saves, \d+\.\d s\) would "
+                     r"pass maxCostUSD 2\.00 \(spent \$", result.stderr), result.stderr
     assert list((out / "checkpoints").glob("checkpoint-*/COMPLETE.json")), "the work done is kept"
 
     same = grpo(*args)  # the same cap: nothing to do, and the message says how to go on
@@ -436,6 +443,12 @@ def test_identical_rewards_are_diagnosed(tiny_model: Path, tmp_path: Path) -> No
             "numGenerations 4), so training would take no step; use at least 2 train tasks (--train-tasks) or a "
             "smaller batchSize",
         ),
+        (
+            # It generated past the context for minutes and reported "ok".
+            ["--max-completion-length", "9000"],
+            "grpo: error: maxCompletionLength=9000 leaves no room for a prompt in the model's context of 8192 tokens "
+            "(max_position_embeddings); use a --max-completion-length well below 8192",
+        ),
         (["--model", "hf://Qwen/Qwen3-0.6B"], None),
     ],
 )
@@ -476,6 +489,7 @@ def test_dry_run_prints_plan_memory_and_cost() -> None:
         ["--trl", 'generation_kwargs={"no_repeat_ngram_sise": 3}'],  # and this one was silently ignored
         ["--trl", 'generation_kwargs={"suppress_tokens": [151936]}'],  # past SmolLM2's vocabulary: ignored too
         ["--train-tasks", "1"],  # fewer than a round's 2 prompts: it trained no step and said "completed"
+        ["--max-completion-length", "9000"],  # past the embedded model's context of 8192
         ["--max-cost-usd", "5"],
         ["--limit", "wall_tme_s=3"],
         ["--limit", "wall_time_s=-1"],
