@@ -183,15 +183,15 @@ TOKEN_ID_SETTINGS = (
 )
 
 
-def vocabulary_problem(trl: dict[str, Any], config_path: Callable[[], Path]) -> str | None:
+def vocabulary_problem(trl: dict[str, Any], config_path: Path) -> str | None:
     """Token ids in a (checked) trl.generation_kwargs against the model's vocabulary, read from its config.json
-    (`config_path()`, called only when a token id is set): no weights need loading, so it runs before any work."""
+    (only when a token id is set): no weights need loading, so it runs before any work."""
     value = trl.get("generation_kwargs")
     if isinstance(value, str):
         value = json.loads(value)  # checked JSON text of a mapping (problem() said so)
     if trl.get("use_vllm") or not isinstance(value, dict) or not any(key in value for key in TOKEN_ID_SETTINGS):
         return None
-    config = json.loads(config_path().read_text())
+    config = json.loads(config_path.read_text())
     vocab_size = (config.get("text_config") or config).get("vocab_size")
     return token_id_problem(value, vocab_size) if isinstance(vocab_size, int) else None
 

@@ -140,6 +140,16 @@ def context_length(config_path: Path) -> int | None:
     return value if isinstance(value, int) and value > 0 else None
 
 
+def model_fit_problem(trl: dict[str, Any], max_completion_length: int, config_path: Path) -> str | None:
+    """What a job asks that its model cannot do, read from the model's config.json (no weights loaded, so the run
+    and the dry run say it before any work): token ids past its vocabulary, a completion past its context."""
+    from nodus.trainer import generation_kwargs
+
+    return generation_kwargs.vocabulary_problem(trl, config_path) or completion_length_problem(
+        config_path, max_completion_length
+    )
+
+
 def completion_length_problem(config_path: Path, max_completion_length: int) -> str | None:
     """maxCompletionLength that leaves no room for a prompt in the model's context (generation past it is garbage
     for most models and an index error for some), or None."""

@@ -9,7 +9,6 @@ from decimal import Decimal
 from nodus.core.environment import Environment
 from nodus.core.grading import sandbox_limits
 from nodus.core.registry import get_registry
-from nodus.trainer import generation_kwargs
 from nodus.trainer.estimate import JobSettings, estimate_memory, load_model_shape, parse_method
 from nodus.trainer.estimate_cli import format_table
 from nodus.trainer.pricing import GPU_PRICES, fits, lookup_gpu, project_cost
@@ -36,7 +35,7 @@ def prompt_tokens_estimate(env: Environment, job: TrainingJob) -> int:
 
 
 def dry_run(job: TrainingJob, gpu_name: str | None, rate: Decimal | None) -> str:
-    from nodus.trainer.models import ModelNotAvailable, completion_length_problem, model_config_path, resolve_model
+    from nodus.trainer.models import ModelNotAvailable, model_config_path, model_fit_problem, resolve_model
 
     # What the run would refuse at its start, the plan refuses too.
     check_combinations(job)
@@ -74,8 +73,7 @@ def dry_run(job: TrainingJob, gpu_name: str | None, rate: Decimal | None) -> str
     source = resolve_model(spec.model.uri)
     try:
         config_path = model_config_path(source)
-        vocabulary = generation_kwargs.vocabulary_problem(p.trl, lambda: config_path)
-        problem = vocabulary or completion_length_problem(config_path, p.max_completion_length)
+        problem = model_fit_problem(p.trl, p.max_completion_length, config_path)
         if problem is not None:
             raise InvalidJobSpec(problem)
         shape = load_model_shape(str(config_path))

@@ -25,16 +25,15 @@ from nodus.core.environment import Environment, Task
 from nodus.core.errors import NodusError, first_line
 from nodus.core.grading import Grader
 from nodus.core.registry import get_registry
-from nodus.trainer import generation_kwargs
 from nodus.trainer.callbacks import CostMeter, RunCallback, format_duration
 from nodus.trainer.distributed import FSDP_SETTINGS, in_child, launch
 from nodus.trainer.evaluate import Evaluation, check_something_graded, evaluate, render_prompts, score_text
 from nodus.trainer.models import (
     ModelNotAvailable,
-    completion_length_problem,
     hub_arguments,
     load_model_and_tokenizer,
     model_config_path,
+    model_fit_problem,
     require_nf4_device,
     resolve_model,
 )
@@ -132,13 +131,11 @@ def train(job: TrainingJob, options: RunOptions, environment: Environment | None
     processes = fsdp_processes(job) if spec.distributed.strategy == "FSDP" else 1
     # The launcher is one process to TRL, so it checks the whole batch there, as the child processes together will.
     grpo_config(GRPOConfig, job, RunDir(options.output), options, processes if in_child() else 1)
-    vocabulary = generation_kwargs.vocabulary_problem(spec.parameters.trl, lambda: model_config_path(source))
-    if vocabulary is not None:
-        raise InvalidJobSpec(vocabulary)
     with contextlib.suppress(ModelNotAvailable):  # a model not available yet is reported when it is loaded
-        length = completion_length_problem(model_config_path(source), spec.parameters.max_completion_length)
-        if length is not None:
-            raise InvalidJobSpec(length)
+        p = spec.parameters
+        problem = model_fit_problem(p.trl, p.max_completion_length, model_config_path(source))
+        if problem is not None:
+            raise InvalidJobSpec(problem)
     if spec.distributed.strategy == "FSDP" and not in_child():
         return launch(job, options, processes)
     run = RunDir(options.output)

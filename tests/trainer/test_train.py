@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,19 @@ TOY = [
 
 def grpo(*args: str | Path, timeout: int = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run([GRPO, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def stop_when(args: list[str], ready: Callable[[], bool], signum: int, never: str) -> str:
+    """Start `grpo *args`, send `signum` once `ready()`, and return its stderr (it must exit non-zero)."""
+    process = subprocess.Popen([GRPO, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not ready():
+        assert process.poll() is None and time.monotonic() < deadline, never
+        time.sleep(0.05)
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode != 0
+    return stderr
 
 
 def test_held_out_reward_rises_and_the_run_reports_it(tiny_model: Path, tmp_path: Path) -> None:
@@ -135,14 +149,10 @@ def test_a_run_that_fails_or_is_interrupted_says_so_in_results_json(tiny_model: 
     # Ctrl-C after the first checkpoint: status interrupted, and the same command continues from the checkpoint.
     out = tmp_path / "run"
     args = ["train", "--model", str(tiny_model), *TOY, "--max-steps", "12", "--save-steps", "4", "--output", str(out)]
-    process = subprocess.Popen([GRPO, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while not list((out / "checkpoints").glob("checkpoint-*/COMPLETE.json")):
-        assert process.poll() is None and time.monotonic() < deadline, "no checkpoint was written"
-        time.sleep(0.05)
-    process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode != 0
+    checkpoints = out / "checkpoints"
+    stderr = stop_when(
+        args, lambda: any(checkpoints.glob("checkpoint-*/COMPLETE.json")), signal.SIGINT, "no checkpoint was written"
+    )
     record = json.loads((out / "results.json").read_text())
     assert record["status"] == "interrupted" and record["error"] is None
     checkpoint = record["training"]["lastCheckpoint"]
@@ -193,14 +203,8 @@ def test_sigterm_is_recorded_as_an_interruption_and_a_restart_logs_each_step_onc
     # before the first checkpoint, the restart used to append its steps after the old rows (steps 1, 1, 2, ...).
     out = tmp_path / "run"
     args = ["train", "--model", str(tiny_model), *TOY, "--max-steps", "4", "--save-steps", "4", "--output", str(out)]
-    process = subprocess.Popen([GRPO, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text().strip():
-        assert process.poll() is None and time.monotonic() < deadline, "no step was logged"
-        time.sleep(0.05)
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode != 0
+    metrics = out / "metrics.jsonl"
+    stop_when(args, lambda: metrics.exists() and bool(metrics.read_text().strip()), signal.SIGTERM, "no step logged")
     record = json.loads((out / "results.json").read_text())
     assert record["status"] == "interrupted" and record["training"]["lastCheckpoint"] is None
     assert record["resume"].endswith("it continues from the start of training (no checkpoint yet)")
