@@ -28,6 +28,11 @@ def raise_error(payload: dict[str, Any]) -> dict[str, Any]:
     raise RuntimeError(payload.get("message", "grader bug"))
 
 
+def interrupted(payload: dict[str, Any]) -> dict[str, Any]:
+    """As if Ctrl-C (or SIGTERM, which ``grpo train`` raises the same way) arrived while grading."""
+    raise KeyboardInterrupt
+
+
 def sleep(payload: dict[str, Any]) -> dict[str, Any]:
     time.sleep(float(payload.get("seconds", 1.0)))
     return {"score": 1.0, "passed": True, "details": "slept"}

@@ -409,7 +409,7 @@ class GraderPool:
         )
         log.warning(message)
         warnings.warn(message, UnsandboxedGradingWarning, stacklevel=3)
-        worker = Worker({"limits": self.limits.model_dump(), "isolate": False},
+        worker = Worker({"limits": self.limits.model_dump(), "isolate": False, "borrowed": True},
                         use_alarm=threading.current_thread() is threading.main_thread())
         for i, job in enumerate(jobs):
             for attempt in range(1, MAX_ATTEMPTS + 1):

@@ -91,6 +91,9 @@ class Worker:
         self.use_alarm = use_alarm
         self.limits: dict[str, Any] = config["limits"]
         self.isolate = bool(config.get("isolate"))
+        # In a borrowed process (sandbox="none": the trainer's own), Ctrl-C and SIGTERM (raised as KeyboardInterrupt)
+        # are the user stopping the run, not the grader failing: they propagate.
+        self.borrowed = bool(config.get("borrowed"))
         self.jobs_run = 0
         self.zygote_pid = 0
         spawner_limits = {k: v for k, v in self.limits.items() if k in spawner.ProgramLimits.__dataclass_fields__}
@@ -114,7 +117,8 @@ class Worker:
             if not isinstance(job, dict) or not isinstance(job.get("payload"), dict):
                 raise ValueError("job must be {'target': 'module:function', 'payload': {...}}")
             target = resolve_target(str(job.get("target")))
-        except BaseException:  # noqa: BLE001 - an unimportable target is the grader's bug
+        except BaseException as error:  # noqa: BLE001 - an unimportable target is the grader's bug
+            self._propagate_a_stop(error)
             return infrastructure("grader_error", traceback.format_exc())
         # A target's `prepare(payload)` loads what it needs (e.g. the environment) before the limit starts: loading
         # is the worker's cost, not the completion's (in a job child, inherited through the fork, loaded once).
@@ -122,7 +126,8 @@ class Worker:
         if prepare is not None:
             try:
                 prepare(job["payload"])
-            except BaseException:  # noqa: BLE001 - a grader that cannot load is the grader's bug
+            except BaseException as error:  # noqa: BLE001 - a grader that cannot load is the grader's bug
+                self._propagate_a_stop(error)
                 return infrastructure("grader_error", traceback.format_exc())
         if self.isolate:
             return self._run_in_job_child(target, job["payload"])
@@ -130,6 +135,10 @@ class Worker:
             return self._run_in_process(target, job["payload"])
         except JobTimeout:  # the alarm landed between the job's end and its bookkeeping
             return graded(0.0, False, "timeout", f"grading exceeded {self.limits['wall_time_s']}s wall time")
+
+    def _propagate_a_stop(self, error: BaseException) -> None:
+        if self.borrowed and isinstance(error, KeyboardInterrupt):
+            raise error
 
     def _finish(self, result: Any) -> dict[str, Any]:
         try:
@@ -167,7 +176,8 @@ class Worker:
         if not self.use_alarm:  # signals only reach the main thread (sandbox="none" from a thread)
             try:
                 return self._finish(target(payload))
-            except BaseException:  # noqa: BLE001
+            except BaseException as error:  # noqa: BLE001
+                self._propagate_a_stop(error)
                 return infrastructure("grader_error", traceback.format_exc())
         previous = None if self._alarm_installed else signal.signal(signal.SIGALRM, self._on_alarm)
         self._job_deadline = time.monotonic() + self._wall_time_s
@@ -179,7 +189,8 @@ class Worker:
             return self._finish(target(payload))
         except JobTimeout:
             return graded(0.0, False, "timeout", f"grading exceeded {self.limits['wall_time_s']}s wall time")
-        except BaseException:  # noqa: BLE001 - the grader raising is infrastructure, never a 0
+        except BaseException as error:  # noqa: BLE001 - the grader raising is infrastructure, never a 0
+            self._propagate_a_stop(error)
             return infrastructure("grader_error", traceback.format_exc())
         finally:
             self._in_job = False

@@ -24,16 +24,18 @@ OWNED = {
     "max_length": "spec.parameters.maxCompletionLength (--max-completion-length)",
     "num_return_sequences": "spec.parameters.numGenerations (--num-generations)",
     "temperature": "spec.parameters.temperature (--temperature)",
-    "do_sample": "GRPO itself (rollouts are sampled)",
     "top_p": "spec.parameters.trl.top_p",
     "top_k": "spec.parameters.trl.top_k",
     "min_p": "spec.parameters.trl.min_p",
     "repetition_penalty": "spec.parameters.trl.repetition_penalty",
     "cache_implementation": "spec.parameters.trl.cache_implementation",
-    "pad_token_id": "the tokenizer",
-    "bos_token_id": "the tokenizer",
-    "eos_token_id": "the tokenizer",
-    "disable_compile": "TRL (it passes disable_compile=True itself)",
+}
+# Keys TRL fills in from something that is not a setting: refused with "remove it".
+SET_BY_TRL = {
+    "pad_token_id": "is the tokenizer's, which TRL passes",
+    "bos_token_id": "is the tokenizer's, which TRL passes",
+    "eos_token_id": "is the tokenizer's and the model's, which TRL passes",
+    "disable_compile": "is passed by TRL itself (disable_compile=True)",
 }
 
 _STRATEGY = "selects a decoding strategy other than sampling, and GRPO trains on completions sampled from the policy"
@@ -70,6 +72,7 @@ REFUSED = {
         _OUTPUT,
     ),
     "stop_strings": "needs a tokenizer passed to generate, and TRL passes none (completions end at EOS)",
+    "token_healing": "needs a tokenizer passed to generate, and TRL passes none",
     "decoder_start_token_id": "is for encoder-decoder models, and GRPO trains decoder-only ones",
     "transformers_version": "is bookkeeping written into saved configs, not a setting",
     "_from_model_config": "is bookkeeping written into saved configs, not a setting",
@@ -131,10 +134,16 @@ def problem(value: Any) -> str | None:
         where = f"{WHERE}.{key}"
         if key in OWNED:
             return f"{where} is set by {OWNED[key]}; set it there, not through generation_kwargs"
+        if key == "do_sample":
+            if setting is True:
+                continue  # what TRL sets anyway
+            return f"{where} must stay true: GRPO trains on sampled completions; remove it"
+        if key in SET_BY_TRL:
+            return f"{where} {SET_BY_TRL[key]}; remove it"
         if key in REFUSED:
             return f"{where} {REFUSED[key]}; remove it"
         if key not in known:
-            close = difflib.get_close_matches(str(key), sorted(known - REFUSED.keys()), n=1)
+            close = difflib.get_close_matches(str(key), sorted(known - REFUSED.keys() - SET_BY_TRL.keys()), n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             return f"{where} is not a GenerationConfig setting; {hint}see transformers' GenerationConfig"
         if key in VALUES:
@@ -164,7 +173,7 @@ def _rejected_by_transformers(value: dict[str, Any]) -> str | None:
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # its notes on flags it ignores are for generate's callers, not for us
     try:
-        GenerationConfig(do_sample=True, max_new_tokens=1, **value).validate(strict=False)
+        GenerationConfig(**{"do_sample": True, "max_new_tokens": 1, **value}).validate(strict=False)
     except (ValueError, TypeError) as error:
         return f"{WHERE}: {str(error).strip().splitlines()[0]}"
     finally:
@@ -180,6 +189,7 @@ TOKEN_ID_SETTINGS = (
     "bad_words_ids",
     "forced_bos_token_id",
     "forced_eos_token_id",
+    "sequence_bias",  # [[token ids, bias], ...]
 )
 
 
@@ -187,9 +197,14 @@ def vocabulary_problem(trl: dict[str, Any], config_path: Path) -> str | None:
     """Token ids in a (checked) trl.generation_kwargs against the model's vocabulary, read from its config.json
     (only when a token id is set): no weights need loading, so it runs before any work."""
     value = trl.get("generation_kwargs")
+    if trl.get("use_vllm"):
+        return None  # vLLM's SamplingParams: not checked here (see the module's docstring)
     if isinstance(value, str):
-        value = json.loads(value)  # checked JSON text of a mapping (problem() said so)
-    if trl.get("use_vllm") or not isinstance(value, dict) or not any(key in value for key in TOKEN_ID_SETTINGS):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return None  # reported by problem()
+    if not isinstance(value, dict) or not any(key in value for key in TOKEN_ID_SETTINGS):
         return None
     config = json.loads(config_path.read_text())
     vocab_size = (config.get("text_config") or config).get("vocab_size")
@@ -201,7 +216,9 @@ def token_id_problem(value: dict[str, Any], vocab_size: int) -> str | None:
     for key in TOKEN_ID_SETTINGS:
         setting = value.get(key)
         ids = setting if isinstance(setting, list) else [] if setting is None else [setting]
-        flat = [i for item in ids for i in (item if isinstance(item, list) else [item])]
+        if key == "sequence_bias":
+            ids = [pair[0] for pair in ids if isinstance(pair, list) and pair]
+        flat = [i for item in ids for i in (item if isinstance(item, list) else [item]) if isinstance(i, int)]
         past = [i for i in flat if i >= vocab_size]
         if past:
             return (

@@ -16,16 +16,16 @@ from nodus.trainer.spec import InvalidJobSpec, TrainingJob, check_combinations, 
 
 
 def planned_steps(job: TrainingJob) -> int:
-    """Optimizer steps the job will take, as TRL counts them: maxSteps, or per epoch the whole rounds of prompts the
-    train tasks fill (TRL drops a partial round), each trained on num_iterations times, in batches of batchSize,
-    gradient_accumulation_steps batches a step."""
+    """Optimizer steps the job will take, as transformers plans them for TRL: maxSteps, or per epoch the batches of
+    the whole rounds of prompts the train tasks fill (TRL drops a partial round), gradient_accumulation_steps of
+    them a step (a partial one ends an epoch)."""
     p = job.spec.parameters
     if p.max_steps is not None:
         return p.max_steps
     rounds = job.spec.environment.train_tasks // (p.completions_per_round // p.num_generations)
-    completions = rounds * p.completions_per_round * (p.trl_count("num_iterations") or 1)
-    per_step = p.batch_size * (p.trl_count("gradient_accumulation_steps") or 1)
-    return max(1, math.ceil(p.epochs * completions / per_step))
+    batches = rounds * p.micro_batches_per_round
+    per_epoch = max(1, math.ceil(batches / (p.trl_count("gradient_accumulation_steps") or 1)))
+    return math.ceil(p.epochs * per_epoch)
 
 
 def prompt_tokens_estimate(env: Environment, job: TrainingJob) -> int:

@@ -93,13 +93,21 @@ def quiet_libraries() -> None:
 
     datasets.disable_progress_bars()  # TRL's SFT data preparation ("Tokenizing train dataset ...")
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\..*")
+    logging.getLogger("trl.trainer.grpo_trainer").addFilter(_drop_misleading_trl_warnings)
+
+
+# TRL warnings that say something false or redundant about a nodus run:
+MISLEADING_TRL_WARNINGS = (
     # nodus' reward returns None only for an infrastructure failure, which the sandbox pool logs in one line and the
-    # progress line counts; TRL's warning repeats each one over three lines with the task and the raw completion.
-    logging.getLogger("trl.trainer.grpo_trainer").addFilter(_drop_none_reward_dump)
+    # progress line counts; TRL repeats each one over three lines with the task and the raw completion.
+    "All reward functions returned None",
+    # Said when nodus pins the KL reference's revision (Full, beta > 0, a hub model): TRL does use them for it.
+    "You passed `model_init_kwargs` to the `GRPOConfig`, but your model is already instantiated",
+)
 
 
-def _drop_none_reward_dump(record: logging.LogRecord) -> bool:
-    return not record.getMessage().startswith("All reward functions returned None")
+def _drop_misleading_trl_warnings(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith(MISLEADING_TRL_WARNINGS)
 
 
 def train(job: TrainingJob, options: RunOptions, environment: Environment | None = None) -> dict[str, Any]:

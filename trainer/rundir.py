@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import tempfile
 from pathlib import Path
@@ -38,9 +39,10 @@ class RunDirectoryUnusable(NodusError):
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON so that a reader (or a kill -9) sees the old file or the new one, never half of one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    # Created as open() creates files (0666 less the umask): mkstemp's 0600 hid results from the rest of a team.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # as open() would create it (mkstemp's 0600 hid results from the team)
         with os.fdopen(fd, "w") as handle:
             json.dump(data, handle, indent=2, sort_keys=True)
             handle.write("\n")
@@ -48,14 +50,8 @@ def write_json_atomic(path: Path, data: Any) -> None:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)  # a full disk must not leave a stray temporary file behind
+        tmp.unlink(missing_ok=True)  # a full disk must not leave a stray temporary file behind
         raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def read_json(path: Path) -> Any:

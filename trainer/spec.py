@@ -64,9 +64,10 @@ class ModelRef(_Strict):
         # A run directory compares specs as text: "tiny" and "/runs/tiny" from another directory are one model (and
         # "tiny" from two directories may be two), so a local folder is recorded as its absolute path.
         text = uri.strip()
-        if text in ("", DEFAULT_MODEL) or text.startswith("hf://"):
-            return uri
-        return str(Path(text).expanduser().resolve())
+        folder = Path(text).expanduser()
+        if text in ("", DEFAULT_MODEL) or text.startswith("hf://") or not folder.exists():
+            return uri  # a path that does not exist is reported as the user wrote it
+        return str(folder.resolve())
 
 
 class EnvironmentRef(_Strict):
@@ -176,13 +177,17 @@ class Parameters(_Strict):
         return self.batch_size * steps
 
     @property
+    def micro_batches_per_round(self) -> int:
+        """Batches of batchSize TRL trains on per round of completions (each round num_iterations times)."""
+        return self.completions_per_round // self.batch_size * (self.trl_count("num_iterations") or 1)
+
+    @property
     def steps_per_round(self) -> int:
-        """Optimizer steps after which a round of sampled completions ends on a step boundary. TRL samples a round
-        every steps_per_generation x num_iterations micro-batches and trains on it until then; a step takes
-        gradient_accumulation_steps micro-batches. 1 unless generationBatchSize or those trl fields are set."""
+        """Optimizer steps after which a round of sampled completions ends on a step boundary: a step takes
+        gradient_accumulation_steps batches, and one is a multiple of the other (check_combinations). 1 unless
+        generationBatchSize or those trl fields are set."""
         accumulation = self.trl_count("gradient_accumulation_steps") or 1
-        micro = self.completions_per_round // self.batch_size * (self.trl_count("num_iterations") or 1)
-        return micro // math.gcd(micro, accumulation)
+        return max(1, self.micro_batches_per_round // accumulation)
 
     @property
     def checkpoint_steps(self) -> int:
@@ -545,6 +550,19 @@ def check_combinations(job: TrainingJob, function_environment: bool = False) -> 
     run applies it too (the device checks, a GPU for QLoRA or for FSDP, come when the run starts)."""
     parameters = job.spec.parameters
     check_trl_fields(parameters)
+    if parameters.generation_batch_size is not None and parameters.trl_count("steps_per_generation"):
+        raise InvalidJobSpec(
+            "generationBatchSize and spec.parameters.trl.steps_per_generation both size a round of completions "
+            "(TRL takes one or the other); remove one of them"
+        )
+    micro, accumulation = parameters.micro_batches_per_round, parameters.trl_count("gradient_accumulation_steps") or 1
+    if micro % accumulation and accumulation % micro:
+        raise InvalidJobSpec(
+            f"a round of completions is trained on in {micro} batches (generationBatchSize / batchSize x "
+            f"num_iterations) and an optimizer step takes {accumulation} (gradient_accumulation_steps): one must be "
+            "a multiple of the other, so that steps, checkpoints and epochs end between rounds; change "
+            "generationBatchSize, num_iterations or gradient_accumulation_steps"
+        )
     prompts = parameters.completions_per_round // parameters.num_generations
     if job.spec.environment.train_tasks < prompts:
         raise InvalidJobSpec(

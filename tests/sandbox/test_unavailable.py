@@ -85,3 +85,11 @@ def test_mode_none_reports_a_grader_error_on_its_first_attempt() -> None:
         stats = pool.stats
     assert (outcome.reason, outcome.attempts, outcome.score) == ("grader_error", 1, None)
     assert (stats.infrastructure_failures, stats.retries) == (1, 0)
+
+
+def test_mode_none_lets_a_stop_through_instead_of_calling_it_a_grader_error() -> None:
+    # In the trainer's own process a KeyboardInterrupt is Ctrl-C or SIGTERM: the run must stop and record it, not
+    # count one more grader failure and train on.
+    job = {"target": "nodus.sandbox.demo_targets:interrupted", "payload": {}}
+    with GraderPool(mode="none") as pool, pytest.warns(UnsandboxedGradingWarning), pytest.raises(KeyboardInterrupt):
+        pool.run(job)

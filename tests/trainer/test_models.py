@@ -401,8 +401,11 @@ def test_a_local_model_is_recorded_by_its_absolute_path(monkeypatch: pytest.Monk
     from nodus.trainer.spec import load_job
 
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "models" / "tiny").mkdir(parents=True)
     env = {"spec.environment.name": "test/letters@1"}
     relative = load_job(None, {**env, "spec.model.uri": "models/tiny"})
     absolute = load_job(None, {**env, "spec.model.uri": str(tmp_path / "models/tiny")})
     assert relative.spec.model.uri == str(tmp_path / "models" / "tiny") == absolute.spec.model.uri
     assert load_job(None, {"spec.environment.name": "test/letters@1"}).spec.model.uri == "default"
+    # A folder that does not exist (or a hub id without hf://) is left as typed, for the error that names it.
+    assert load_job(None, {**env, "spec.model.uri": "Qwen/Qwen3-0.6B"}).spec.model.uri == "Qwen/Qwen3-0.6B"

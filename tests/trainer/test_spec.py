@@ -250,7 +250,8 @@ def test_valid_trl_values_pass() -> None:
         "top_k": 5,
         "min_p": None,
         "optim": "adamw_torch",
-        "generation_kwargs": {"no_repeat_ngram_size": 3, "suppress_tokens": [5], "typical_p": 0.95},
+        # do_sample true is what TRL sets anyway (specs that said so must keep working)
+        "generation_kwargs": {"no_repeat_ngram_size": 3, "suppress_tokens": [5], "typical_p": 0.95, "do_sample": True},
     }
     check_combinations(load_job(None, {"spec.environment.name": "graph-coloring@1", "spec.parameters.trl": trl}))
 
@@ -292,6 +293,12 @@ GK = "spec.parameters.trl.generation_kwargs"
             f"{GK}.stop_strings needs a tokenizer passed to generate, and TRL passes none "
             "(completions end at EOS); remove it",
         ),
+        (
+            {"token_healing": True},
+            f"{GK}.token_healing needs a tokenizer passed to generate, and TRL passes none; remove it",
+        ),
+        ({"do_sample": False}, f"{GK}.do_sample must stay true: GRPO trains on sampled completions; remove it"),
+        ({"pad_token_id": 0}, f"{GK}.pad_token_id is the tokenizer's, which TRL passes; remove it"),
         ({"typical_p": 0}, f"{GK}.typical_p = 0 is out of range: use a probability mass above 0 and at most 1"),
         (
             {"no_repeat_ngram_size": 2.5},
@@ -353,3 +360,94 @@ def test_every_field_of_the_spec_has_a_flag() -> None:
 
     options = {opt for param in train.params for opt in param.opts}
     assert {"--" + name.replace("_", "-") for name in FIELD_FLAGS} | set(MAPPING_FLAGS.values()) <= options
+
+
+@pytest.mark.parametrize(
+    ("tasks", "generation_batch", "accumulation", "iterations", "epochs"),
+    [
+        (16, None, 1, 1, 1.0),
+        (9, None, 2, 2, 2.5),  # a partial round dropped, and epochs that end mid-way
+        (16, 16, 1, 2, 1.0),  # a round trained on over 4 batches
+        (16, 16, 4, 1, 2.5),
+        (9, 8, 4, 1, 2.5),  # 2 rounds a step, a partial step at each epoch's end
+        (6, 8, 2, 2, 2.5),
+    ],
+)
+def test_planned_steps_are_the_steps_transformers_plans_for_trl(
+    tiny_model: Path,
+    tmp_path: Path,
+    tasks: int,
+    generation_batch: int | None,
+    accumulation: int,
+    iterations: int,
+    epochs: float,
+) -> None:
+    """The dry run's step count (and so its cost projection) against transformers' own plan for TRL's loader."""
+    from datasets import Dataset
+    from nodus.trainer.plan import planned_steps
+    from trl import GRPOConfig, GRPOTrainer
+
+    trl = {"gradient_accumulation_steps": accumulation, "num_iterations": iterations}
+    job = load_job(None, {
+        "spec.environment.name": "test/letters@1", "spec.environment.trainTasks": tasks, "spec.parameters.batchSize": 4,
+        "spec.parameters.numGenerations": 2, "spec.parameters.epochs": epochs, "spec.parameters.trl": trl,
+        **({"spec.parameters.generationBatchSize": generation_batch} if generation_batch else {}),
+    })  # fmt: skip
+    args = GRPOConfig(
+        output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2, num_train_epochs=epochs,
+        use_cpu=True, report_to=[], max_completion_length=4, generation_batch_size=generation_batch, **trl,
+    )  # fmt: skip
+    trainer = GRPOTrainer(
+        model=str(tiny_model), reward_funcs=lambda completions, **_: [0.0] * len(completions), args=args,
+        train_dataset=Dataset.from_list([{"prompt": f"p{i}"} for i in range(tasks)]),
+    )  # fmt: skip
+    planned_by_transformers = trainer.set_initial_training_values(args, trainer.get_train_dataloader())[-1]
+    assert planned_steps(job) == planned_by_transformers
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            {"spec.parameters.generationBatchSize": 16, "spec.parameters.trl": {"steps_per_generation": 3}},
+            "generationBatchSize and spec.parameters.trl.steps_per_generation both size a round of completions (TRL "
+            "takes one or the other); remove one of them",
+        ),
+        (
+            # 3 batches a round, 2 a step: a checkpoint or an epoch's end would fall inside a round.
+            {"spec.parameters.generationBatchSize": 24, "spec.parameters.trl": {"gradient_accumulation_steps": 2}},
+            "a round of completions is trained on in 3 batches (generationBatchSize / batchSize x num_iterations) "
+            "and an optimizer step takes 2 (gradient_accumulation_steps): one must be a multiple of the other, so "
+            "that steps, checkpoints and epochs end between rounds; change generationBatchSize, num_iterations or "
+            "gradient_accumulation_steps",
+        ),
+    ],
+)
+def test_rounds_of_completions_that_cannot_line_up_with_steps_are_refused(
+    overrides: dict[str, object], message: str
+) -> None:
+    from nodus.trainer.spec import check_combinations
+
+    job = load_job(None, {"spec.environment.name": "graph-coloring@1", **overrides})
+    with pytest.raises(InvalidJobSpec) as error:
+        check_combinations(job)
+    assert str(error.value) == message
+
+
+def test_token_ids_are_checked_against_the_vocabulary_in_every_setting_that_names_them(tiny_model: Path) -> None:
+    from nodus.trainer.generation_kwargs import vocabulary_problem
+
+    config = tiny_model / "config.json"  # 507 tokens
+    past = {
+        "suppress_tokens": [3, 507],
+        "bad_words_ids": [[3], [4, 600]],
+        "forced_eos_token_id": [2, 9999],
+        "sequence_bias": [[[9999], -2.0]],  # generate raised at the first sampling
+    }
+    for key, value in past.items():
+        message = vocabulary_problem({"generation_kwargs": {key: value}}, config)
+        assert message is not None and message.startswith(f"{GK}.{key} names token id "), key
+    assert vocabulary_problem({"generation_kwargs": {"suppress_tokens": [506]}}, config) is None
+    # vLLM takes its own keys, and JSON text that is not JSON is problem()'s to report: no traceback here.
+    assert vocabulary_problem({"use_vllm": True, "generation_kwargs": '{"max_tokens: 5}'}, config) is None
+    assert vocabulary_problem({"generation_kwargs": "{bad"}, config) is None

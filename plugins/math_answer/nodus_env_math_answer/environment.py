@@ -62,7 +62,10 @@ class MathAnswer(FileBackedEnvironment):
         return wrong
 
     def warm_up(self) -> None:
-        # math-verify (sympy, the LaTeX parser) is imported on first use: about a second, not the completion's.
+        # math-verify (sympy, the LaTeX parser) is imported on first use: about a second, not the completion's. The
+        # import comes first, outside equivalent()'s own parse time limit, which could cut it off half-way.
+        import math_verify  # noqa: F401
+
         equivalent("1", "1")
 
     def grade(self, task: Task, completion: str) -> Grade:
