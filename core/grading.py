@@ -7,6 +7,7 @@ pool of nsjail workers, and each worker calls :func:`grade_job` on its side of t
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from types import TracebackType
@@ -40,10 +41,16 @@ def _params_key(params: Any) -> str:
     return json.dumps(params, sort_keys=True)
 
 
-@lru_cache(maxsize=32)
 def _environment(env_id: str, params_json: str) -> Environment:
+    # An in-process environment is looked up each time, never cached: a second function environment under the same
+    # id (train_on_function twice in a notebook) replaces the first, and a cache would have kept grading the first.
+    return _IN_PROCESS.get((env_id, params_json)) or _plugin_environment(env_id, params_json)
+
+
+@lru_cache(maxsize=32)
+def _plugin_environment(env_id: str, params_json: str) -> Environment:
     # A worker grades many jobs of the same environment: resolve the plugin and validate parameters once.
-    return _IN_PROCESS.get((env_id, params_json)) or load_environment(env_id, json.loads(params_json))
+    return load_environment(env_id, json.loads(params_json))
 
 
 def grade_job(payload: dict[str, Any]) -> dict[str, Any]:
@@ -54,16 +61,16 @@ def grade_job(payload: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-_warmed: set[tuple[str, str]] = set()
+_warmed: weakref.WeakSet[Environment] = weakref.WeakSet()
 
 
 def prepare_job(payload: dict[str, Any]) -> None:
     """Run by the sandbox worker before a job's time limit starts (see ``Environment.warm_up``): loads the
-    environment (plugin discovery, parameter validation) and warms it up, once per environment and process."""
-    key = (payload["env"], _params_key(payload["params"]))
-    if key not in _warmed:
-        _environment(*key).warm_up()
-        _warmed.add(key)
+    environment (plugin discovery, parameter validation) and warms it up, once per environment object."""
+    env = _environment(payload["env"], _params_key(payload["params"]))
+    if env not in _warmed:
+        env.warm_up()
+        _warmed.add(env)
 
 
 grade_job.prepare = prepare_job  # type: ignore[attr-defined]  # the worker's hook, see sandbox/worker.py

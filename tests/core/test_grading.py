@@ -16,3 +16,16 @@ def test_loading_the_grader_is_not_charged_to_the_first_completion(env_id: str) 
     with Grader(env, limits={"wall_time_s": 0.3, "cpu_time_s": 1}, workers=1) as grader:
         (outcome,) = grader.grade([(task, env.reference(task))])
     assert (outcome.status, outcome.score, outcome.passed) == ("graded", 1.0, True), outcome.details
+
+
+def test_a_second_in_process_environment_under_the_same_id_grades_with_its_own_function() -> None:
+    """train_on_function twice under one name (a notebook): the second run was graded by the first's reward."""
+    from nodus.core.function_env import function_environment
+
+    prompts = [f"Task {i}" for i in range(40)]
+    for value in (0.25, 0.75):
+        env = function_environment("same-name", prompts, lambda prompt, completion, value=value: value)
+        task = env.tasks("train", 42, 1)[0]
+        with Grader(env, sandbox="none", workers=1) as grader, pytest.warns(UserWarning):
+            (outcome,) = grader.grade([(task, "anything")])
+        assert outcome.score == value
