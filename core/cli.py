@@ -22,7 +22,7 @@ from nodus.core.environment import (
     Environment,
     Task,
 )
-from nodus.core.errors import NodusError
+from nodus.core.errors import NodusError, Terminated
 from nodus.core.grading import Grader, grade_completions
 from nodus.core.registry import Registry, get_registry
 from nodus.sandbox import SandboxUnavailable, UnsandboxedGradingWarning
@@ -349,9 +349,10 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.NoArgsIsHelpError as error:  # bare `grpo`: the help, not an error
         click.echo(error.ctx.get_help() if error.ctx else error.format_message())
         sys.exit(0)
-    except click.exceptions.Abort:
-        click.echo("grpo: aborted", err=True)
-        sys.exit(130)
+    except click.exceptions.Abort as abort:  # click's form of a KeyboardInterrupt (Ctrl-C, or SIGTERM in train)
+        terminated = isinstance(abort.__cause__, Terminated)
+        click.echo("grpo: terminated" if terminated else "grpo: aborted", err=True)
+        sys.exit(143 if terminated else 130)
     except click.UsageError as error:
         command = error.ctx.command_path if error.ctx else "grpo"
         click.echo(f"{command}: error: {error.format_message()} (see '{command} --help')", err=True)

@@ -38,3 +38,8 @@ class InvalidParameters(NodusError):
 
 class TaskGenerationError(NodusError):
     """The environment cannot produce the tasks asked for with these parameters."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (timeout, docker stop, a batch scheduler), raised where Ctrl-C would be so that a run stops the same
+    way and records it; the command then exits 143 (128 + SIGTERM), as a process ended by the signal would."""

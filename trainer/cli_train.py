@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import click
-from nodus.core.errors import NodusError
+from nodus.core.errors import NodusError, Terminated
 from nodus.trainer.spec import FIELD_FLAGS, load_job
 
 
@@ -109,10 +109,6 @@ def train(
     signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
     results = run_training(job, options)
     click.echo(f"results: {run_dir / 'results.json'} (status {results['status']})")
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, handled as Ctrl-C."""
 
 
 def _stop_like_ctrl_c(_signum: int, _frame: object) -> None:

@@ -35,7 +35,8 @@ def grpo(*args: str | Path, timeout: int = 600) -> subprocess.CompletedProcess[s
 
 
 def stop_when(args: list[str], ready: Callable[[], bool], signum: int, never: str) -> str:
-    """Start `grpo *args`, send `signum` once `ready()`, and return its stderr (it must exit non-zero)."""
+    """Start `grpo *args`, send `signum` once `ready()`, and return its stderr. It exits 128 + the signal's number,
+    as a process the signal ended would (130 for Ctrl-C, 143 for SIGTERM)."""
     process = subprocess.Popen([GRPO, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     while not ready():
@@ -43,7 +44,7 @@ def stop_when(args: list[str], ready: Callable[[], bool], signum: int, never: st
         time.sleep(0.05)
     process.send_signal(signum)
     _, stderr = process.communicate(timeout=120)
-    assert process.returncode != 0
+    assert process.returncode == 128 + signum, stderr
     return stderr
 
 
