@@ -413,9 +413,10 @@ def test_identical_rewards_are_diagnosed(tiny_model: Path, tmp_path: Path) -> No
             "warm-up",
         ),
         (
+            # TRL refuses it too, at the start of the run; the dry run now refuses it as well.
             ["--trl", "steps_per_generation=2", "--generation-batch-size", "16"],
-            "grpo: error: TRL rejected the training parameters: 'generation_batch_size' and 'steps_per_generation' "
-            "can not be both configured at the same time",
+            "grpo: error: generationBatchSize and spec.parameters.trl.steps_per_generation both size a round of "
+            "completions (TRL takes one or the other); remove one of them",
         ),
         (
             ["--trl", "loss_type=grpo"],
