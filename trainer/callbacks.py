@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from nodus.trainer.ranks import Ranks
-from nodus.trainer.rewards import SandboxReward
+from nodus.trainer.rewards import ZERO_VARIANCE_METRIC, SandboxReward
 from nodus.trainer.rundir import RunDir
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
@@ -17,10 +17,10 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 WRAP_UP_MARGIN_SECONDS = 3.0
 GUESSED_SAVE_SECONDS = 2.0  # until the first save is measured
 
-# Metrics TRL logs each step that we keep (TRL's names, as in its docs).
-# zero_variance_groups is nodus' own (fast_grpo.ZERO_VARIANCE_METRIC), TRL's frac_reward_zero_std is kept to compare.
+# Metrics TRL logs each step that we keep (TRL's names, and nodus' own zero-variance count; TRL's
+# frac_reward_zero_std is kept to compare).
 KEPT_METRICS = (
-    "reward", "reward_std", "zero_variance_groups", "frac_reward_zero_std", "loss", "num_tokens", "kl", "learning_rate"
+    "reward", "reward_std", ZERO_VARIANCE_METRIC, "frac_reward_zero_std", "loss", "num_tokens", "kl", "learning_rate"
 )
 
 
@@ -148,7 +148,7 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]  # transformers is unt
         row["step_seconds"] = round(self._step_seconds[-1], 3) if self._step_seconds else None
         row["infrastructure_failures"] = failures
         if "reward" in row:
-            self._last_round = {k: row.get(k) for k in ("reward", "zero_variance_groups")}
+            self._last_round = {k: row.get(k) for k in ("reward", ZERO_VARIANCE_METRIC)}
         spent = self.cost.usd()
         row["spent_usd"] = None if spent is None else str(spent)
         self.run.append_metrics(row)
@@ -160,7 +160,7 @@ class RunCallback(TrainerCallback):  # type: ignore[misc]  # transformers is unt
         parts = [
             f"step {state.global_step}/{state.max_steps}",
             f"reward {format_number(self._last_round.get('reward'), '.3f')}",
-            f"zero-variance groups {format_number(self._last_round.get('zero_variance_groups'), '.2f')}",
+            f"zero-variance groups {format_number(self._last_round.get(ZERO_VARIANCE_METRIC), '.2f')}",
             f"{step:.1f} s/step",
             f"ETA {format_duration(remaining)}",
         ]

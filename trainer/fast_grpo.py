@@ -17,14 +17,11 @@ import torch
 from nodus.trainer import fast_backbone
 from nodus.trainer.fast_backbone import FastBackbone
 from nodus.trainer.fast_generation import FastWeights, Rollout, SamplingSettings, StaticCacheSampler, unsupported_reason
+from nodus.trainer.rewards import ZERO_VARIANCE_METRIC
 from trl import GRPOTrainer
 
 log = logging.getLogger(__name__)
 
-# The share of a round's groups that teach nothing, logged with TRL's metrics. TRL's frac_reward_zero_std is not
-# that: it is per completion of a standard deviation that is batch-wide under scale_rewards="batch", and a group
-# with one graded completion (the others infrastructure failures) has a NaN deviation, which it counts as varied.
-ZERO_VARIANCE_METRIC = "zero_variance_groups"
 
 
 def zero_variance_fraction(rewards: torch.Tensor, group_size: int) -> float:

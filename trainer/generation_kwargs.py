@@ -193,18 +193,24 @@ TOKEN_ID_SETTINGS = (
 )
 
 
-def vocabulary_problem(trl: dict[str, Any], config_path: Path) -> str | None:
-    """Token ids in a (checked) trl.generation_kwargs against the model's vocabulary, read from its config.json
-    (only when a token id is set): no weights need loading, so it runs before any work."""
-    value = trl.get("generation_kwargs")
-    if trl.get("use_vllm"):
-        return None  # vLLM's SamplingParams: not checked here (see the module's docstring)
+def trl_mapping(value: Any) -> dict[str, Any] | None:
+    """A mapping-typed trl field (generation_kwargs, chat_template_kwargs) as a dict: TRL also takes JSON text of
+    one. None when unset or not one (problem() and TRL report that)."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except json.JSONDecodeError:
-            return None  # reported by problem()
-    if not isinstance(value, dict) or not any(key in value for key in TOKEN_ID_SETTINGS):
+            return None
+    return value if isinstance(value, dict) else None
+
+
+def vocabulary_problem(trl: dict[str, Any], config_path: Path) -> str | None:
+    """Token ids in a (checked) trl.generation_kwargs against the model's vocabulary, read from its config.json
+    (only when a token id is set): no weights need loading, so it runs before any work."""
+    if trl.get("use_vllm"):
+        return None  # vLLM's SamplingParams: not checked here (see the module's docstring)
+    value = trl_mapping(trl.get("generation_kwargs"))
+    if value is None or not any(key in value for key in TOKEN_ID_SETTINGS):
         return None
     config = json.loads(config_path.read_text())
     vocab_size = (config.get("text_config") or config).get("vocab_size")

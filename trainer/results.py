@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from nodus.trainer.evaluate import Evaluation
+from nodus.trainer.rewards import ZERO_VARIANCE_METRIC
 
 
 def paired_comparison(baseline: Evaluation, final: Evaluation, resamples: int = 10_000) -> dict[str, Any]:
@@ -61,7 +62,7 @@ def versions(env_distribution: str) -> dict[str, str | None]:
 def reward_signal(reward_state: dict[str, Any], metrics: list[dict[str, Any]]) -> dict[str, Any]:
     """Did training see a learning signal? Identical rewards everywhere means GRPO learned nothing."""
     counts: dict[str, int] = reward_state.get("rewardCounts", {})
-    fractions = [row["zero_variance_groups"] for row in metrics if row.get("zero_variance_groups") is not None]
+    fractions = [row[ZERO_VARIANCE_METRIC] for row in metrics if row.get(ZERO_VARIANCE_METRIC) is not None]
     zero_variance = sum(fractions) / len(fractions) if fractions else None
     if len(counts) == 1:
         (value,) = counts

@@ -19,6 +19,12 @@ from datasets import Dataset
 from nodus.core.environment import Environment, Task
 from nodus.core.grading import Grader
 
+# The share of a round's groups that teach nothing (fast_grpo logs it with TRL's metrics; the progress line and
+# results.json read it). TRL's frac_reward_zero_std is not that: it is per completion of a standard deviation that
+# is batch-wide under scale_rewards="batch", and a group with one graded completion (the others infrastructure
+# failures) has a NaN deviation, which it counts as varied.
+ZERO_VARIANCE_METRIC = "zero_variance_groups"
+
 
 def prompt_dataset(env: Environment, tasks: list[Task]) -> Dataset:
     """Conversational prompts (the ``prompt`` column TRL expects) and each task by value (``task``)."""

@@ -6,10 +6,8 @@ validation message states the rule, why it exists, and how to fix the spec (the 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import difflib
-import json
 import math
 import re
 import typing
@@ -156,11 +154,9 @@ class Parameters(_Strict):
     def chat_template_kwargs(self) -> dict[str, Any]:
         """trl.chat_template_kwargs (a mapping, or JSON text of one as TRL also takes), e.g. Qwen3's enable_thinking.
         TRL renders GRPO's prompts with them; evaluations and the SFT warm-up must render theirs the same way."""
-        value = self.trl.get("chat_template_kwargs")
-        if isinstance(value, str):
-            with contextlib.suppress(json.JSONDecodeError):
-                value = json.loads(value)
-        return value if isinstance(value, dict) else {}
+        from nodus.trainer.generation_kwargs import trl_mapping
+
+        return trl_mapping(self.trl.get("chat_template_kwargs")) or {}
 
     def trl_count(self, key: str) -> int | None:
         """A positive whole-number trl field (e.g. num_iterations), or None when unset (or not one: checked later)."""
