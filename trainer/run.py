@@ -37,6 +37,7 @@ from nodus.trainer.models import (
     require_nf4_device,
     resolve_model,
 )
+from nodus.trainer.optimizer_check import optimizer_problem
 from nodus.trainer.pricing import lookup_gpu
 from nodus.trainer.progress import Console
 from nodus.trainer.ranks import Ranks
@@ -138,7 +139,10 @@ def train(job: TrainingJob, options: RunOptions, environment: Environment | None
     # TRL's own checks of the settings (e.g. of --trl fields), before any work rather than after the baseline.
     processes = fsdp_processes(job) if spec.distributed.strategy == "FSDP" else 1
     # The launcher is one process to TRL, so it checks the whole batch there, as the child processes together will.
-    grpo_config(GRPOConfig, job, RunDir(options.output), options, processes if in_child() else 1)
+    config = grpo_config(GRPOConfig, job, RunDir(options.output), options, processes if in_child() else 1)
+    problem = optimizer_problem(config)  # transformers builds both only once training starts
+    if problem is not None:
+        raise InvalidJobSpec(problem)
     with contextlib.suppress(ModelNotAvailable):  # a model not available yet is reported when it is loaded
         p = spec.parameters
         problem = model_fit_problem(p.trl, p.max_completion_length, model_config_path(source))

@@ -461,6 +461,8 @@ TRL_FIELDS_OWNED = {
     "output_dir": "grpo train --output",
     "save_strategy": "nodus (checkpoints every saveSteps are how a run resumes)",
     "save_total_limit": "nodus (checkpoints every saveSteps are how a run resumes)",
+    # TRL is given no eval dataset (it failed after the baseline evaluation): held-out tasks are nodus' own.
+    "eval_strategy": "nodus (the baseline and final evaluations on the held-out tasks)",
 }
 
 

@@ -133,18 +133,18 @@ def test_kill_9_then_rerun_resumes_and_reuses_the_baseline(tiny_model: Path, tmp
 
 
 def test_a_run_that_fails_or_is_interrupted_says_so_in_results_json(tiny_model: Path, tmp_path: Path) -> None:
-    # An optimizer whose package is missing: transformers fails when it builds the optimizer, after the baseline.
-    # The run is recorded as failed, with the error. (Token ids past the vocabulary, used here before, are now
-    # refused before any work.)
+    # Pushing to the Hugging Face Hub, which this machine cannot reach: TRL creates the repository when it builds the
+    # trainer, after the baseline. The run is recorded as failed, with the error. (A missing optimizer package, used
+    # here before, is now refused before any work.)
     failing = tmp_path / "failing"
-    optim = 'optim="galore_adamw"'
-    result = grpo("train", "--model", tiny_model, *TOY, "--max-steps", "2", "--trl", optim, "--output", failing)
+    hub = "push_to_hub=true"
+    result = grpo("train", "--model", tiny_model, *TOY, "--max-steps", "2", "--trl", hub, "--output", failing)
     assert result.returncode != 0
     assert f"run failed; recorded in {failing / 'results.json'}" in result.stderr
     assert "to continue from the start of training (no checkpoint yet)" in result.stderr
     record = json.loads((failing / "results.json").read_text())
     assert record["status"] == "failed"
-    assert record["error"].startswith("ImportError: You need to install `galore_torch` in order to use GaLore")
+    assert record["error"].startswith("ConnectError: "), record["error"]
     assert record["baseline"]["meanScore"] == 0.0 and record["training"]["lastCheckpoint"] is None
 
     # Ctrl-C after the first checkpoint: status interrupted, and the same command continues from the checkpoint.
@@ -455,6 +455,12 @@ def test_identical_rewards_are_diagnosed(tiny_model: Path, tmp_path: Path) -> No
             "grpo: error: maxCompletionLength=9000 leaves no room for a prompt in the model's context of 8192 tokens "
             "(max_position_embeddings); use a --max-completion-length well below 8192",
         ),
+        (
+            # TRL is given no eval dataset: it failed when it built the trainer, after the baseline.
+            ["--trl", 'eval_strategy="steps"'],
+            "grpo: error: spec.parameters.trl.eval_strategy is set by nodus (the baseline and final evaluations on "
+            "the held-out tasks); set it there, not through trl",
+        ),
         (["--model", "hf://Qwen/Qwen3-0.6B"], None),
     ],
 )
@@ -467,6 +473,36 @@ def test_user_errors_stop_before_any_work(tmp_path: Path, args: list[str], messa
         assert result.stderr.strip() == message
     else:
         assert "pin" in result.stderr  # an hf:// model must name its revision
+
+
+@pytest.mark.parametrize(
+    ("trl", "start", "end"),
+    [
+        (
+            'optim="galore_adamw"',
+            "grpo: error: spec.parameters.trl.optim 'galore_adamw': transformers cannot build it: You need to install "
+            "`galore_torch`",
+            "; install what it names, or leave optim unset for the default (adamw_torch_fused)",
+        ),
+        (
+            'lr_scheduler_type="cosine_with_min_lr"',
+            "grpo: error: spec.parameters.trl.lr_scheduler_type 'cosine_with_min_lr': transformers cannot build it "
+            "with lr_scheduler_kwargs {}: ",
+            "; pass what it names with --trl 'lr_scheduler_kwargs={...}', or leave lr_scheduler_type unset for the "
+            "default (linear)",
+        ),
+    ],
+)
+def test_an_optimizer_or_schedule_transformers_cannot_build_stops_before_any_work(
+    tmp_path: Path, trl: str, start: str, end: str
+) -> None:
+    # transformers builds both when training starts: these failed after the baseline evaluation, with a traceback.
+    # The middle is transformers' own reason, which names the package or the missing argument.
+    out = tmp_path / "run"
+    result = grpo("train", "--env", "graph-coloring@1", "--trl", trl, "--output", out)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert result.stderr.strip().startswith(start) and result.stderr.strip().endswith(end), result.stderr
+    assert not out.exists()
 
 
 def test_dry_run_prints_plan_memory_and_cost() -> None:
