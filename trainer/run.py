@@ -335,16 +335,22 @@ def train_claimed(
             restore_accounting(run, checkpoint, reward, say, ranks)
         elif ranks.main:
             run.truncate_metrics(0)  # an attempt stopped before its first checkpoint: its steps are logged again
+        # Stopped after training (during the final evaluation, say): train() would take one step too many.
+        finished = checkpoint if checkpoint is not None and training_finished(checkpoint) else None
         try:
-            if checkpoint is not None and ranks.world == 1 and training_finished(checkpoint):
-                # Stopped after training (during the final evaluation, say): train() would take one step too many.
-                say(f"training finished at {checkpoint.name}: loading it for the final evaluation")
-                trainer._load_from_checkpoint(str(checkpoint))
+            if finished is not None:
+                say(f"training finished at {finished.name}: loading it for the final evaluation")
+                if ranks.world == 1:
+                    trainer._load_from_checkpoint(str(finished))
             else:
                 trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
         finally:
             console.close()  # the live bar (on a terminal) ends with training
-        save_trained_weights(trainer, tokenizer, run, ranks)
+        if finished is not None and ranks.world > 1:
+            # FSDP's checkpoint holds the gathered weights; loading its shards would need a prepared trainer.
+            save_checkpoint_weights(finished, run, ranks)
+        else:
+            save_trained_weights(trainer, tokenizer, run, ranks)
         status = "stopped_by_cost_cap" if callback.stopped_by_cost_cap else "completed"
         reward_state = merged_reward_state(reward, ranks)
         # What actually ran (accelerate has been known to fall back from FSDP to DDP without a word).
@@ -787,6 +793,25 @@ def save_trained_weights(trainer: Any, tokenizer: Any, run: RunDir, ranks: Ranks
     trainer.save_model(str(staging))  # every process takes part under FSDP (the full state dict is gathered)
     if ranks.main:
         tokenizer.save_pretrained(str(staging))
+        shutil.rmtree(run.adapter, ignore_errors=True)
+        staging.rename(run.adapter)
+    ranks.barrier()
+
+
+# What a checkpoint holds to resume training, beside the weights and the tokenizer that adapter/ keeps.
+TRAINING_STATE_FILES = {"optimizer.pt", "scheduler.pt", "trainer_state.json", "training_args.bin", "COMPLETE.json"}
+
+
+def save_checkpoint_weights(checkpoint: Path, run: RunDir, ranks: Ranks) -> None:
+    """adapter/ from a checkpoint's own copy of the weights and tokenizer (rank 0), by rename as above."""
+    if ranks.main:
+        staging = run.path / ".adapter.tmp"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        for path in checkpoint.iterdir():
+            # Folders are FSDP's optimizer and model shards; rng_state*.pth are each process's random state.
+            if path.is_file() and path.name not in TRAINING_STATE_FILES and not path.name.startswith("rng_state"):
+                shutil.copy2(path, staging / path.name)
         shutil.rmtree(run.adapter, ignore_errors=True)
         staging.rename(run.adapter)
     ranks.barrier()

@@ -84,6 +84,22 @@ def test_two_fsdp_processes_train_save_a_loadable_adapter_and_resume(tiny_model:
     assert resumed["diagnostics"]["graded"] == 16
     assert [row["step"] for row in resumed["training"]["rewardPerStep"]] == [1, 2]
 
+    # As if killed during the final evaluation: no step is trained again (it took a third), the last checkpoint's
+    # weights are evaluated.
+    shutil.rmtree(out / "adapter")
+    (out / "results.json").unlink()
+    (out / "final.json").unlink()
+    last = grpo("train", "-f", job, "--output", out)
+    assert last.returncode == 0, last.stderr
+    assert last.stderr.count("training finished at checkpoint-2: loading it for the final evaluation") == 1
+    finished = json.loads((out / "results.json").read_text())
+    assert finished["status"] == "completed" and finished["diagnostics"]["graded"] == 16
+    assert [row["step"] for row in finished["training"]["rewardPerStep"]] == [1, 2]
+    assert finished["final"]["scored"] == 8
+    saved = load_file(out / "checkpoints" / "checkpoint-2" / "adapter_model.safetensors")
+    assert load_file(out / "adapter" / "adapter_model.safetensors").keys() == saved.keys()
+    assert not (out / "adapter" / "optimizer.pt").exists()
+
 
 @pytest.mark.parametrize(
     ("distributed", "method", "batch", "message"),
