@@ -38,6 +38,11 @@ CGROUP_PARENT = "NSJAIL"
 #    namespaces; clone3 hides its flags in memory, so it answers ENOSYS and libc falls back to clone.
 #  - kill with pid <= 0 (low 32 bits 0 or negative): kill(-1)/kill(0) would hit the worker's zygote
 #    and the job's grader; killing a specific pid stays allowed (programs manage their children).
+#  - reaching the worker (pid 1) or its zygote (pid 2, the worker's first child) from a completion: a signal
+#    (SIGINT raised KeyboardInterrupt in the worker, SIGSTOP froze the zygote so that every later completion
+#    scored 0), other processes' rlimits (RLIMIT_NOFILE on the worker turned a failing completion into an
+#    infrastructure failure, so its sample was dropped instead of scored 0), priority or CPU affinity. Signal 0
+#    (is it alive?) stays allowed: the worker asks it of the zygote. Lowering one's own limits (pid 0) stays too.
 SECCOMP_POLICY = """
 POLICY nodus_grading {
   ERRNO(1) {
@@ -52,6 +57,20 @@ POLICY nodus_grading {
   },
   ERRNO(1) { clone { (clone_flags & 0x7e020000) != 0 } },
   ERRNO(1) { kill { (pid & 0xffffffff) == 0, (pid & 0x80000000) != 0 } },
+  ERRNO(1) {
+    kill(target, signal) { ((target & 0xffffffff) == 1 || (target & 0xffffffff) == 2) && signal != 0 },
+    tkill(target, signal) { (target & 0xffffffff) == 1, (target & 0xffffffff) == 2 },
+    tgkill(group, target, signal) { (group & 0xffffffff) == 1, (group & 0xffffffff) == 2 },
+    rt_sigqueueinfo(target, signal, info) { (target & 0xffffffff) == 1, (target & 0xffffffff) == 2 },
+    rt_tgsigqueueinfo(group, target, signal, info) { (group & 0xffffffff) == 1, (group & 0xffffffff) == 2 },
+    pidfd_open(target, flags) { (target & 0xffffffff) == 1, (target & 0xffffffff) == 2 },
+    prlimit64(target, resource, new_limit, old_limit) { (target & 0xffffffff) != 0 },
+    setpriority(which, who, value) { which != 0, (who & 0xffffffff) == 1, (who & 0xffffffff) == 2 },
+    sched_setaffinity(target, size, mask) { (target & 0xffffffff) == 1, (target & 0xffffffff) == 2 },
+    sched_setscheduler(target, policy, param) { (target & 0xffffffff) == 1, (target & 0xffffffff) == 2 },
+    sched_setparam(target, param) { (target & 0xffffffff) == 1, (target & 0xffffffff) == 2 },
+    sched_setattr(target, attr, flags) { (target & 0xffffffff) == 1, (target & 0xffffffff) == 2 }
+  },
   ERRNO(38) { clone3 }
 }
 USE nodus_grading DEFAULT ALLOW

@@ -53,6 +53,8 @@ JOB_CHILD_GRACE_S = 1.0  # the job child gets this much beyond wall_time_s befor
 # after each job), so the host hears at least every REPLY_FLUSH_S + one job's time.
 REPLY_FLUSH_S = 0.02
 _PR_SET_DUMPABLE = 4
+# In a jail the worker is pid 1 and the zygote, its first child, pid 2: the pids the seccomp policy protects.
+ZYGOTE_PID = 2
 _targets: dict[str, Callable[[dict[str, Any]], Any]] = {}
 
 
@@ -336,6 +338,9 @@ class Worker:
         second death pins the job that was running.
         """
         self.zygote_pid = spawner.install_zygote()
+        if os.getpid() == 1 and self.zygote_pid != ZYGOTE_PID:
+            # The jail's seccomp policy keeps completions away from pids 1 and 2 (jail.SECCOMP_POLICY).
+            raise RuntimeError(f"the zygote is pid {self.zygote_pid}, not {ZYGOTE_PID}: the jail would not protect it")
         fd = spawner.zygote_fd()
         if fd is not None:
             self._zygote_poll = select.poll()

@@ -245,11 +245,35 @@ def test_kill_everything_is_denied(isolated_pool: GraderPool) -> None:
     """)
 
 
-def test_killing_its_launcher_is_a_crash_and_the_worker_is_replaced(isolated_pool: GraderPool) -> None:
+def test_the_worker_and_its_zygote_are_out_of_reach(isolated_pool: GraderPool) -> None:
+    # Each of these worked: SIGSTOP on the zygote (the completion's parent) made every later completion on the
+    # worker score 0, and an rlimit or SIGINT on the worker (pid 1) killed it, so a completion that could not pass
+    # became an infrastructure failure (its sample dropped) instead of a 0.
     replaced = isolated_pool.stats.workers_replaced
-    outcome = grade_then_probe(isolated_pool, python_job("import os, time\nos.kill(os.getppid(), 9)\ntime.sleep(5)"))
-    assert_zero(outcome, "crash")
-    assert isolated_pool.stats.workers_replaced == replaced + 1
+    assert_blocked(isolated_pool, """
+        import os, resource, signal
+        zygote = os.getppid()
+        attacks = {
+            "stop the zygote": lambda: os.kill(zygote, signal.SIGSTOP),
+            "kill the zygote": lambda: os.kill(zygote, signal.SIGKILL),
+            "interrupt the worker": lambda: os.kill(1, signal.SIGINT),
+            "zygote rlimit": lambda: resource.prlimit(zygote, resource.RLIMIT_AS, (30 << 20, 30 << 20)),
+            "worker rlimit": lambda: resource.prlimit(1, resource.RLIMIT_NOFILE, (3, 3)),
+            "renice the user": lambda: os.setpriority(os.PRIO_USER, 0, 19),
+            "pin the zygote": lambda: os.sched_setaffinity(zygote, {0}),
+            "pidfd of the zygote": lambda: os.pidfd_open(zygote),
+        }
+        worked = []
+        for name, attack in attacks.items():
+            try:
+                attack()
+                worked.append(name)
+            except PermissionError:
+                pass
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))  # its own limits: still allowed
+        print("blocked" if not worked else worked)
+    """)
+    assert isolated_pool.stats.workers_replaced == replaced
 
 
 # ---------------------------------------------------------------- leftovers for the next job
