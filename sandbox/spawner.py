@@ -110,6 +110,9 @@ def _completion_main(request_fd: int) -> NoReturn:
         os.environ.clear()
         os.environ.update({"HOME": cwd, "TMPDIR": cwd, "PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"})
         os.environ["PYTHONHASHSEED"] = "0"
+        # One thread per math library: OpenBLAS starts a thread per core when numpy is imported, which the
+        # completion's process and memory limits refuse, so a correct solution that imports numpy crashed.
+        os.environ.update({name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")})
         sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
         sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="replace")
         sys.stderr = io.TextIOWrapper(

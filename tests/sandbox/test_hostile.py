@@ -381,3 +381,13 @@ def test_exit_codes_are_the_completions(isolated_pool: GraderPool, code: int) ->
     outcome = grade_then_probe(isolated_pool, python_job(program, expected_stdout="42"))
     assert_zero(outcome, "crash")
     assert f"exit {code}" in outcome.details
+
+
+# ---------------------------------------------------------------- what legitimate programs need
+
+
+def test_a_program_that_imports_numpy_runs(isolated_pool: GraderPool) -> None:
+    # OpenBLAS started a thread per core at import, which the process and memory limits refused: a crash.
+    code = "import numpy as np\nprint(int(np.arange(4).dot(np.arange(4))))"
+    outcome = grade_then_probe(isolated_pool, python_job(code, expected_stdout="14"))
+    assert outcome.passed, outcome
