@@ -7,6 +7,7 @@ the benchmark's default target.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from typing import Any
@@ -36,6 +37,12 @@ def interrupted(payload: dict[str, Any]) -> dict[str, Any]:
 def sleep(payload: dict[str, Any]) -> dict[str, Any]:
     time.sleep(float(payload.get("seconds", 1.0)))
     return {"score": 1.0, "passed": True, "details": "slept"}
+
+
+def time_left(payload: dict[str, Any]) -> dict[str, Any]:
+    """What a grader that nests its own limit reads as its job's time left (the real-time timer), in seconds."""
+    left = signal.getitimer(signal.ITIMER_REAL)[0]
+    return {"score": min(1.0, left / float(payload["wall_time_s"])), "passed": True, "details": f"{left:.3f}"}
 
 
 def hash_of(payload: dict[str, Any]) -> dict[str, Any]:

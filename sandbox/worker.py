@@ -153,12 +153,11 @@ class Worker:
     def install_alarm(self) -> None:
         """Install the SIGALRM handler once, for a worker that owns its process (serve()).
 
-        Arming a timer costs a few microseconds per syscall in a VM, as much as a cheap grader's
-        work, so the timer is not armed and disarmed per job.  Each job records its deadline; the
-        timer is armed when none is pending, to fire within one wall time.  When it fires, the
-        handler raises JobTimeout if the running job is past its deadline, re-arms the timer for
-        that job's deadline if the job started later, and does nothing between jobs.  Deadlines
-        only grow, so a pending timer never fires after the running job's deadline.
+        Each job records its deadline and arms the timer for it (one syscall; it is never disarmed,
+        which would be a second, as costly as a cheap grader's work in a VM).  When it fires, the
+        handler raises JobTimeout if the running job is past its deadline, re-arms the timer for the
+        job's deadline if it is not (a grader's own nested timer may have fired it early), and does
+        nothing between jobs.
         """
         signal.signal(signal.SIGALRM, self._on_alarm)
         self._alarm_installed = True
@@ -184,9 +183,11 @@ class Worker:
         previous = None if self._alarm_installed else signal.signal(signal.SIGALRM, self._on_alarm)
         self._job_deadline = time.monotonic() + self._wall_time_s
         self._in_job = True
-        if not self._timer_armed or previous is not None:
-            self._timer_armed = True
-            signal.setitimer(signal.ITIMER_REAL, self._wall_time_s)
+        # Armed for this job's own deadline, every job: a grader that nests a shorter limit of its own (math-answer's
+        # parse limit) reads the time left with getitimer, and a timer still pending for an earlier job's deadline
+        # cut a correct answer's parse short, graded 0 as too slow.
+        self._timer_armed = True
+        signal.setitimer(signal.ITIMER_REAL, self._wall_time_s)
         try:
             return self._finish(target(payload))
         except JobTimeout:

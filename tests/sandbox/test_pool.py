@@ -239,6 +239,17 @@ def test_each_in_process_job_gets_its_own_wall_time() -> None:
         assert quick.stats.infrastructure_attempts == 0
 
 
+def test_a_job_reads_its_own_time_left_from_the_timer() -> None:
+    # The timer was armed only when none was pending: a job after an idle gap saw what was left of an earlier job's
+    # deadline, and math-answer's parse limit (capped at the time left) cut a correct answer short as too slow.
+    job = {"target": "nodus.sandbox.demo_targets:time_left", "payload": {"wall_time_s": 1.0}}
+    with GraderPool(SandboxLimits(wall_time_s=1.0), workers=1) as quick:
+        assert quick.run(job).score > 0.9
+        time.sleep(0.6)
+        later = quick.run(job)
+        assert later.score > 0.9, f"the second job saw {later.details} s of its 1 s"
+
+
 def test_refused_job_cancels_the_call_and_the_pool_stays_usable(pool: GraderPool) -> None:
     jobs = [score_job(i, i) for i in range(40)] + [score_job(object(), 1)]
     with pytest.raises(ValueError, match="job 40 cannot be sent to a worker as JSON"):
