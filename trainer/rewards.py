@@ -47,19 +47,31 @@ class SandboxReward:
     mean and standard deviation (and gives an advantage of 0), and it is counted here.
     """
 
-    def __init__(self, grader: Grader) -> None:
+    def __init__(self, grader: Grader, tokenizer: Any = None) -> None:
         self.grader = grader
+        self.tokenizer = tokenizer
         self.__name__ = f"sandbox:{grader.env.id_text()}"  # TRL names logged metrics after the function
         self._lock = threading.Lock()
         self.infrastructure_failures = 0
         self.graded = 0
         self.reward_counts: Counter[float] = Counter()
 
-    def __call__(self, prompts: list[Any], completions: list[Any], task: list[str], **_: Any) -> list[float | None]:
-        pairs = [
-            (self.grader.env.task_from_dict(json.loads(t)), completion_text(c))
-            for t, c in zip(task, completions, strict=True)
-        ]
+    def __call__(
+        self,
+        prompts: list[Any],
+        completions: list[Any],
+        task: list[str],
+        completion_ids: list[list[int]] | None = None,
+        **_: Any,
+    ) -> list[float | None]:
+        if self.tokenizer is not None and completion_ids is not None:
+            # The text the held-out evaluations grade, decoded the same way. TRL's own messages can be less: with a
+            # tokenizer that has a response template or schema, it hands over only the parsed `content` (the
+            # reasoning of a thinking model, say, split off), so training would reward other text than evaluation.
+            texts = self.tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
+        else:
+            texts = [completion_text(c) for c in completions]
+        pairs = [(self.grader.env.task_from_dict(json.loads(t)), text) for t, text in zip(task, texts, strict=True)]
         outcomes = self.grader.grade(pairs)
         rewards: list[float | None] = [None if o.is_infrastructure_failure else o.score for o in outcomes]
         with self._lock:

@@ -656,7 +656,7 @@ def build_trainer(
     from transformers import PrinterCallback
     from trl import GRPOConfig
 
-    reward = SandboxReward(grader)
+    reward = SandboxReward(grader, tokenizer)
     say = console.say
     callback = RunCallback(
         run,

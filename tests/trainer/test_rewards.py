@@ -1,5 +1,7 @@
 """The reward function TRL calls: scores from the sandbox, and None (never 0) for an infrastructure failure."""
 
+from pathlib import Path
+
 import pytest
 from nodus.core import load_environment
 from nodus.core.grading import Grader
@@ -19,6 +21,23 @@ def test_infrastructure_failures_are_none_and_counted() -> None:
     assert reward.state() == {"graded": 1, "infrastructureFailures": 1, "rewardCounts": {"1.0": 1}}
     # A grader that raises is not retried: the same code on the same payload would raise again.
     assert grader.stats.infrastructure_failures == 1 and grader.stats.retries == 0
+
+
+def test_the_reward_grades_the_decoded_completion_as_the_evaluations_do(tiny_model: Path) -> None:
+    """With a tokenizer that has a response template or schema, TRL hands the reward only the parsed `content`
+    (here as if the whole answer had been split off as reasoning); the held-out evaluations grade the decoded
+    completion. The reward decodes the completion's ids as they do."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    env = load_environment("test/letters@1")
+    dataset = prompt_dataset(env, env.tasks("train", 0, 1))
+    ids = tokenizer("aaaa", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    parsed = [[{"role": "assistant", "content": "", "reasoning_content": "aaaa"}]]
+    with Grader(env, workers=1) as grader:
+        decoded = SandboxReward(grader, tokenizer)
+        assert decoded(dataset["prompt"], parsed, dataset["task"], completion_ids=[ids]) == [1.0]
+        assert SandboxReward(grader)(dataset["prompt"], parsed, dataset["task"], completion_ids=[ids]) == [0.0]
 
 
 def test_plain_and_conversational_completions() -> None:
