@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from nodus_env_math_answer.extract import without_units
+
 # Our own guard replaces math-verify's; silence its one-time "timeout is disabled" warning.
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 
@@ -79,12 +81,44 @@ def _decide(gold: str, answer: str) -> tuple[bool | None, str]:
     if not parsed_gold:  # e.g. \text{Monday} in a MATH file: compare the written answers
         same = _plain(gold) == _plain(answer)
         return same, f"{answer[:60]!r} {'matches' if same else 'does not match'} the expected answer as text"
-    parsed_answer = _parse(answer)
+    number = _is_number(parsed_gold[0])
+    parsed_answer = _parse(without_units(answer) if number else answer)  # "13 points" is 13 when 13 is expected
     if not parsed_answer:
         return None, f"the answer {answer[:60]!r} cannot be read as a number or expression"
+    if number:  # the problems ask for exact values: 1.166667 is not 7/6, though it agrees to math-verify's 6 places
+        parsed_gold, parsed_answer = _exact(parsed_gold), _exact(parsed_answer)
+    if _false_equation(parsed_answer):
+        return False, f"{answer[:60]!r} is a false equation"
     if _verify(parsed_gold, parsed_answer):
         return True, f"{answer[:60]!r} is equivalent to {gold!r}"
     return False, f"{answer[:60]!r} is not equivalent to the expected answer"
+
+
+def _is_number(parsed: Any) -> bool:
+    from sympy import Basic
+
+    return isinstance(parsed, Basic) and bool(parsed.is_Rational or parsed.is_Float)
+
+
+def _exact(parsed: list[Any]) -> list[Any]:
+    """Each decimal as the exact number it writes (its digits, not its binary float): 1.166667 -> 1166667/1000000."""
+    from sympy import Basic, Float, Rational
+
+    return [
+        item.xreplace({f: Rational(str(f)) for f in item.atoms(Float) if f.is_finite})
+        if isinstance(item, Basic)
+        else item
+        for item in parsed
+    ]
+
+
+def _false_equation(parsed: list[Any]) -> bool:
+    """``12 = 13``: math-verify grades an equation by its right side, so a false one would pass for 13 (``x = 13``,
+    ``65/5 = 13`` are fine)."""
+    from sympy import Basic, Eq
+
+    equations = [eq for item in parsed if isinstance(item, Basic) for eq in item.atoms(Eq)]
+    return any(eq.lhs.is_number and eq.rhs.is_number and not _verify([eq.lhs], [eq.rhs]) for eq in equations)
 
 
 def _plain(text: str) -> str:

@@ -55,6 +55,86 @@ def test_wrong_or_missing_answers_fail_with_the_reason(gold: str, completion: st
     assert reason in grade.details, grade.details
 
 
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "65/5 = 13.\n\n\\boxed{13}\n\nNote: the answer is independent of the order of the games.\n",
+        "65/5 = 13.\n\n\\boxed{13}\n\n#### Verification\nSum is 65 and 65/5 = 13.\n",
+        "The answer is 13.\n#### Step 2: check the sum",
+    ],
+)
+def test_a_marker_in_prose_after_the_answer_does_not_replace_it(completion: str) -> None:
+    grade = ENV.grade(task_with("13"), completion)
+    assert grade.passed and grade.score == 1.0, grade.details
+
+
+@pytest.mark.parametrize("completion", ["The answer is **13**.", "**The answer is 13.**", "#### _13_"])
+def test_markdown_emphasis_around_a_written_answer_is_ignored(completion: str) -> None:
+    grade = ENV.grade(task_with("13"), completion)
+    assert grade.passed and grade.score == 1.0, grade.details
+
+
+@pytest.mark.parametrize(
+    ("gold", "completion"),
+    [
+        ("13", "\\boxed{13 points}"),
+        ("42", "\\boxed{42 muffins}"),
+        ("42", "The answer is 42 marbles."),
+        ("-5", "\\boxed{-5 degrees}"),
+        ("7/6", "\\boxed{\\frac{7}{6} pizzas each}"),
+    ],
+)
+def test_a_unit_word_after_a_number_is_ignored(gold: str, completion: str) -> None:
+    grade = ENV.grade(task_with(gold), completion)
+    assert grade.passed and grade.score == 1.0, grade.details
+
+
+@pytest.mark.parametrize(
+    ("gold", "completion", "passes"),
+    [
+        ("7/6", "\\boxed{1.166667}", False),  # the problems ask for the exact value
+        ("7/3", "\\boxed{2.333333}", False),
+        ("7/3", "\\boxed{2.3333333333333333333}", False),
+        ("13", "\\boxed{13.0000001}", False),
+        ("16/5", "\\boxed{3.2}", True),  # a terminating decimal is exact
+        ("27.3", "\\boxed{27.30}", True),
+        ("13", "\\boxed{13.0}", True),
+    ],
+)
+def test_a_decimal_passes_only_when_it_is_the_exact_value(gold: str, completion: str, passes: bool) -> None:
+    grade = ENV.grade(task_with(gold), completion)
+    assert grade.passed is passes and grade.score == float(passes), grade.details
+
+
+@pytest.mark.parametrize(
+    ("completion", "passes"),
+    [
+        ("\\boxed{12 = 13}", False),
+        ("\\boxed{2+2=5=13}", False),
+        ("\\boxed{x = 13}", True),
+        ("\\boxed{65/5 = 13}", True),
+    ],
+)
+def test_an_equation_passes_only_when_it_is_true(completion: str, passes: bool) -> None:
+    grade = ENV.grade(task_with("13"), completion)
+    assert grade.passed is passes, grade.details
+    assert passes or "is a false equation" in grade.details
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "\\boxed{13} or \\boxed{12}",  # the last boxed answer counts
+        "\\boxed{12, 13}",
+        "\\boxed{\\{12, 13\\}}",
+        "\\boxed{[12, 14]}",
+        "\\boxed{13 thousand}",  # a word that changes the value is not a unit
+    ],
+)
+def test_hedged_or_changed_answers_still_fail(completion: str) -> None:
+    assert not ENV.grade(task_with("13"), completion).passed
+
+
 def test_last_number_fallback_is_a_grading_parameter() -> None:
     lenient = MathAnswer({"last_number_fallback": True})
     assert lenient.grade(task_with("5"), "so we get 5").passed
