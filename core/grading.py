@@ -13,7 +13,7 @@ from functools import lru_cache
 from types import TracebackType
 from typing import Any, Literal
 
-from nodus.core.environment import Environment, Task
+from nodus.core.environment import Environment, Grade, Task
 from nodus.core.errors import NodusError
 from nodus.core.registry import get_registry, load_environment
 from nodus.sandbox import GradeOutcome, GraderPool, PoolStats, SandboxLimits
@@ -57,7 +57,13 @@ def grade_job(payload: dict[str, Any]) -> dict[str, Any]:
     """Sandbox target: grade one completion. Raising here is a grader failure, never a score of 0."""
     env = _environment(payload["env"], _params_key(payload["params"]))
     task = env.task_from_dict(payload["task"])
-    result: dict[str, Any] = env.grade(task, payload["completion"]).model_dump()
+    grade = env.grade(task, payload["completion"])
+    if not isinstance(grade, Grade):  # said as the conformance kit says it, not as an AttributeError of model_dump
+        raise TypeError(
+            f"{type(env).__name__}.grade returned {type(grade).__name__}, not a Grade: return "
+            "nodus.core.Grade(score=..., passed=..., details=...)"
+        )
+    result: dict[str, Any] = grade.model_dump()
     return result
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -12,13 +13,25 @@ INFRASTRUCTURE_FAILURE: Final = "infrastructure_failure"
 
 
 def summary_line(details: str, limit: int = 300) -> str:
-    """Failure details on one line: a traceback's last line (the exception; its head is only the grader's call
-    path, and a long traceback is kept by its tail, so its head may be gone), else the first line."""
-    lines = [line.strip() for line in details.strip().splitlines() if line.strip()]
-    if not lines:
+    """Failure details on one line: a traceback's exception (its head is only the grader's call path, and a long
+    traceback is kept by its tail, so its head may be gone), else the first line."""
+    raw = [line.rstrip() for line in details.strip("\n").splitlines() if line.strip()]
+    if not raw:
         return "(no details)"
-    traceback = lines[0].startswith("Traceback") or any(line.startswith('File "') for line in lines)
-    return (lines[-1] if traceback else lines[0])[:limit]
+    frames = [i for i, line in enumerate(raw) if line.lstrip().startswith('File "')]
+    if not frames:
+        return raw[-1 if raw[0].startswith("Traceback") else 0].strip()[:limit]
+    start = frames[-1] + 1
+    while start < len(raw) - 1 and raw[start].startswith("    "):  # the frame's source line and its ^^^ markers
+        start += 1
+    # A multi-line exception (pydantic's ValidationError: the model, the field, the rule, the input) is kept whole,
+    # less pydantic's link to its docs, which had been all the line said.
+    message = [line.strip() for line in raw[start:] if not line.strip().startswith("For further information visit")]
+    return _SHORT_CLASS.sub(r"\1", " ".join(message))[:limit]
+
+
+# "pydantic_core._pydantic_core.ValidationError: ..." -> "ValidationError: ..."
+_SHORT_CLASS = re.compile(r"^(?:[A-Za-z_][\w]*\.)+([A-Za-z_]\w*:)")
 
 
 class GradeOutcome(BaseModel):

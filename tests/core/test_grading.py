@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from nodus.core import load_environment
 from nodus.core.grading import Grader
+from nodus.sandbox.outcome import summary_line
 
 
 @pytest.mark.parametrize("env_id", ["test/letters@1", "math-answer@1"])
@@ -29,3 +30,27 @@ def test_a_second_in_process_environment_under_the_same_id_grades_with_its_own_f
         with Grader(env, sandbox="none", workers=1) as grader, pytest.warns(UserWarning):
             (outcome,) = grader.grade([(task, "anything")])
         assert outcome.score == value
+
+
+@pytest.mark.parametrize(
+    ("completion", "summary"),
+    [
+        (
+            "RETURN-FLOAT",
+            "TypeError: Letters.grade returned float, not a Grade: return nodus.core.Grade(score=..., passed=..., "
+            "details=...)",
+        ),
+        # pydantic's own last line was only a link to its docs: the model, field, rule and input are what matter.
+        (
+            "SCORE-1.5",
+            "ValidationError: 1 validation error for Grade score Input should be less than or equal to 1 "
+            "[type=less_than_equal, input_value=1.5, input_type=float]",
+        ),
+    ],
+)
+def test_an_authors_grade_mistake_is_named_in_the_sandboxs_one_line(completion: str, summary: str) -> None:
+    env = load_environment("test/letters@1")
+    with Grader(env, workers=1) as grader:
+        (outcome,) = grader.grade([(env.tasks("train", 0, 1)[0], completion)])
+    assert outcome.is_infrastructure_failure and outcome.reason == "grader_error"
+    assert summary_line(outcome.details) == summary
