@@ -6,10 +6,13 @@ pool of nsjail workers, and each worker calls :func:`grade_job` on its side of t
 
 from __future__ import annotations
 
+import inspect
 import json
+import sys
 import weakref
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
@@ -17,6 +20,7 @@ from nodus.core.environment import Environment, Grade, Task
 from nodus.core.errors import NodusError
 from nodus.core.registry import get_registry, load_environment
 from nodus.sandbox import GradeOutcome, GraderPool, PoolStats, SandboxLimits
+from nodus.sandbox.jail import python_mounts
 
 GRADE_TARGET = "nodus.core.grading:grade_job"
 SandboxMode = Literal["nsjail", "none"]
@@ -149,6 +153,16 @@ def require_installed(env: Environment) -> None:
         raise EnvironmentNotInstalled(
             f"{env.id_text()} is not an installed plugin, so a sandbox worker cannot load it; install its "
             "distribution, or grade it in this process with sandbox 'none' (trusted code only)"
+        )
+    # The jail mounts this interpreter's site-packages and the editable installs in them, not PYTHONPATH or the
+    # user site: a plugin found there here is missing there, and each job failed with "pip install nodus-env-...".
+    source = Path(inspect.getfile(installed)).resolve()
+    if not any(source.is_relative_to(mount) for mount in python_mounts()):
+        raise EnvironmentNotInstalled(
+            f"{env.id_text()} is loaded from {source.parent}, which the sandbox does not mount (only this "
+            f"interpreter's site-packages and the editable installs in it); install its distribution into {sys.prefix} "
+            "(pip install -e for a checkout) rather than through PYTHONPATH or --user, or grade it in this process "
+            "with sandbox 'none' (trusted code only)"
         )
 
 

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from nodus.core import load_environment
 from nodus.core.grading import Grader
@@ -54,3 +59,29 @@ def test_an_authors_grade_mistake_is_named_in_the_sandboxs_one_line(completion: 
         (outcome,) = grader.grade([(env.tasks("train", 0, 1)[0], completion)])
     assert outcome.is_infrastructure_failure and outcome.reason == "grader_error"
     assert summary_line(outcome.details) == summary
+
+
+def test_a_plugin_the_sandbox_cannot_import_is_one_line_before_any_grading(tmp_path: Path) -> None:
+    """A plugin on PYTHONPATH is listed here but missing in the jail: every job failed, each saying to pip install
+    it from the registry (a name that may be a squatter's)."""
+    source = Path(__file__).resolve().parents[1] / "fixtures" / "toy_env" / "nodus_env_toy" / "__init__.py"
+    package = tmp_path / "nodus_env_elsewhere"
+    package.mkdir()
+    (package / "__init__.py").write_text(source.read_text().replace('namespace = "test"', 'namespace = "elsewhere"'))
+    info = tmp_path / "nodus_env_elsewhere-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: nodus-env-elsewhere\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text("[nodus]\nelsewhere = nodus_env_elsewhere\n")
+    grpo = Path(sys.executable).with_name("grpo")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    command = [str(grpo), "grade", "--env", "elsewhere/letters@1", "--split", "train", "--index", "0", "--reference"]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == (
+        f"grpo: error: elsewhere/letters@1 is loaded from {package}, which the sandbox does not mount (only this "
+        f"interpreter's site-packages and the editable installs in it); install its distribution into {sys.prefix} "
+        "(pip install -e for a checkout) rather than through PYTHONPATH or --user, or grade it in this process with "
+        "sandbox 'none' (trusted code only)"
+    )
+    trusted = subprocess.run([*command, "--sandbox", "none"], capture_output=True, text=True, env=env, timeout=300)
+    assert trusted.returncode == 0 and "score 1.000" in trusted.stdout, trusted.stderr
