@@ -286,6 +286,14 @@ def check_sandbox_available(nsjail_path: str | os.PathLike[str] | None = None, t
         run = subprocess.run(argv, capture_output=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as exc:
         raise SandboxUnavailable(f"a probe jail did not finish in {timeout_s:.0f}s", "check system load") from exc
+    if run.returncode != 0 and b"No module named" in run.stderr:
+        # The jail started; Python in it cannot import nodus (or what it imports), so the fix is the install.
+        raise SandboxUnavailable(
+            f"the sandbox started but its Python could not import nodus ({_last_nsjail_error(run.stderr)})",
+            f"install nodus into {sys.prefix} (pip install nodus, or pip install -e for a checkout): the jail "
+            "mounts this interpreter's site-packages and the editable installs in it, not PYTHONPATH or the user "
+            "site",
+        )
     if run.returncode != 0 or run.stdout.strip() != b"nodus-sandbox-probe-ok":
         raise SandboxUnavailable(
             f"nsjail could not start a probe jail (exit {run.returncode}: {_last_nsjail_error(run.stderr)})",

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 
 import pytest
 from nodus.sandbox import GraderPool, SandboxUnavailable, UnsandboxedGradingWarning, check_sandbox_available, jail
@@ -42,6 +43,24 @@ def test_binary_that_cannot_start_a_jail(tmp_path: pytest.TempPathFactory) -> No
     assert str(excinfo.value).startswith(
         "nodus sandbox unavailable: nsjail could not start a probe jail (exit 255: main(): Cannot "
         "unshare(CLONE_NEWUSER)). Fix: "
+    )
+
+
+def test_a_jail_whose_python_cannot_import_nodus_says_where_to_install_it(tmp_path: pytest.TempPathFactory) -> None:
+    # The jail starts, but nodus came from a path it does not mount: this once said to run as root.
+    fake = tmp_path / "nsjail"  # type: ignore[operator]
+    fake.write_text(
+        "#!/bin/sh\necho 'Traceback (most recent call last):' >&2\n"
+        "echo \"ModuleNotFoundError: No module named 'nodus'\" >&2\nexit 1\n"
+    )
+    fake.chmod(0o755)
+    with pytest.raises(SandboxUnavailable) as excinfo:
+        check_sandbox_available(fake)
+    assert str(excinfo.value) == (
+        "nodus sandbox unavailable: the sandbox started but its Python could not import nodus (ModuleNotFoundError: "
+        f"No module named 'nodus'). Fix: install nodus into {sys.prefix} (pip install nodus, or pip install -e for a "
+        "checkout): the jail mounts this interpreter's site-packages and the editable installs in it, not "
+        "PYTHONPATH or the user site"
     )
 
 
