@@ -39,6 +39,18 @@ def sleep(payload: dict[str, Any]) -> dict[str, Any]:
     return {"score": 1.0, "passed": True, "details": "slept"}
 
 
+def slow_to_prepare(payload: dict[str, Any]) -> dict[str, Any]:
+    """A grader whose preparation (an environment's warm_up()) takes ``prepare_seconds``."""
+    return {"score": 1.0, "passed": True, "details": "prepared"}
+
+
+def _sleep_to_prepare(payload: dict[str, Any]) -> None:
+    time.sleep(float(payload.get("prepare_seconds", 0.0)))
+
+
+slow_to_prepare.prepare = _sleep_to_prepare  # type: ignore[attr-defined]  # the worker's hook
+
+
 def time_left(payload: dict[str, Any]) -> dict[str, Any]:
     """What a grader that nests its own limit reads as its job's time left (the real-time timer), in seconds."""
     left = signal.getitimer(signal.ITIMER_REAL)[0]

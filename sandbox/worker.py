@@ -53,6 +53,10 @@ JOB_CHILD_GRACE_S = 1.0  # the job child gets this much beyond wall_time_s befor
 # after each job), so the host hears at least every REPLY_FLUSH_S + one job's time.
 REPLY_FLUSH_S = 0.02
 _PR_SET_DUMPABLE = 4
+# A grader's preparation (loading its environment, warm_up()) runs before a job's wall time, inside the host's slack
+# for a reply (pool.HOST_REPLY_SLACK_S, 15 s): past this it is reported at once as the grader's failure, where the
+# host would have waited out its budget, declared the worker hung and tried twice more.
+PREPARE_LIMIT_S = 12.0
 # In a jail the worker is pid 1 and the zygote, its first child, pid 2: the pids the seccomp policy protects.
 ZYGOTE_PID = 2
 _targets: dict[str, Callable[[dict[str, Any]], Any]] = {}
@@ -127,7 +131,14 @@ class Worker:
         prepare = getattr(target, "prepare", None)
         if prepare is not None:
             try:
-                prepare(job["payload"])
+                self._bounded(PREPARE_LIMIT_S, prepare, job["payload"])
+            except JobTimeout:
+                return infrastructure(
+                    "grader_error",
+                    f"preparing the grader (its environment's warm_up()) took more than {PREPARE_LIMIT_S:g} s, the "
+                    "sandbox's budget for loading it; load less there (a lazy import, a cached table) or build it "
+                    "when the distribution is installed",
+                )
             except BaseException as error:  # noqa: BLE001 - a grader that cannot load is the grader's bug
                 self._propagate_a_stop(error)
                 return infrastructure("grader_error", traceback.format_exc())
@@ -137,6 +148,19 @@ class Worker:
             return self._run_in_process(target, job["payload"])
         except JobTimeout:  # the alarm landed between the job's end and its bookkeeping
             return graded(0.0, False, "timeout", f"grading exceeded {self.limits['wall_time_s']}s wall time")
+
+    def _bounded(self, seconds: float, function: Callable[[Any], Any], argument: Any) -> Any:
+        """``function(argument)``, raising JobTimeout past ``seconds`` where the worker owns its alarm."""
+        if not self._alarm_installed:  # a borrowed process (sandbox "none"): no timer of ours to arm
+            return function(argument)
+        self._job_deadline = time.monotonic() + seconds
+        self._in_job = True
+        self._timer_armed = True
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            return function(argument)
+        finally:
+            self._in_job = False
 
     def _propagate_a_stop(self, error: BaseException) -> None:
         if self.borrowed and isinstance(error, KeyboardInterrupt):

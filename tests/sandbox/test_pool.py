@@ -250,6 +250,21 @@ def test_a_job_reads_its_own_time_left_from_the_timer() -> None:
         assert later.score > 0.9, f"the second job saw {later.details} s of its 1 s"
 
 
+def test_a_grader_too_slow_to_prepare_is_its_failure_at_once() -> None:
+    # It was charged to no one for the host's whole reply budget, then called a hung worker, three times over.
+    slow = {"target": "nodus.sandbox.demo_targets:slow_to_prepare", "payload": {"prepare_seconds": 30}}
+    with GraderPool(SandboxLimits(wall_time_s=1.0), workers=1) as quick:
+        started = time.monotonic()
+        outcome = quick.run(slow)
+        assert time.monotonic() - started < 20
+        assert (outcome.status, outcome.reason, outcome.attempts) == ("infrastructure_failure", "grader_error", 1)
+        assert outcome.details.startswith(
+            "preparing the grader (its environment's warm_up()) took more than 12 s, the sandbox's budget for loading"
+        )
+        fine = {"target": "nodus.sandbox.demo_targets:slow_to_prepare", "payload": {"prepare_seconds": 2}}
+        assert quick.run(fine).passed, "a preparation inside the budget is not charged to the job's 1 s"
+
+
 def test_refused_job_cancels_the_call_and_the_pool_stays_usable(pool: GraderPool) -> None:
     jobs = [score_job(i, i) for i in range(40)] + [score_job(object(), 1)]
     with pytest.raises(ValueError, match="job 40 cannot be sent to a worker as JSON"):
