@@ -69,7 +69,7 @@ class _WorkerProcess:
             hello = read_frame(self._out_fd, time.monotonic() + startup_timeout_s, max_bytes=4096)
         except ProtocolError as exc:
             self.kill()
-            raise WorkerStartError(f"sandbox could not start: {exc}; nsjail said: {self.stderr_tail()}") from exc
+            raise WorkerStartError(f"sandbox could not start: {exc}{said(self.stderr_tail())}") from exc
         if hello != {"ready": True}:
             self.kill()
             raise WorkerStartError(f"sandbox sent {hello!r} instead of ready")
@@ -555,15 +555,20 @@ class GraderPool:
         self._replace_worker(slot)
         if stream or len(unanswered) == 1:
             self._queue.put(unanswered[1:])
-            self._infrastructure_failure(unanswered[0], reason, f"{exc}; nsjail said: {tail}")
+            self._infrastructure_failure(unanswered[0], reason, f"{exc}{said(tail)}")
             return
         log.warning("grading worker lost (%s) with %d jobs unanswered, sending them again one reply per frame: %s",
-                    reason, len(unanswered), f"{exc}; nsjail said: {tail}"[:300])
+                    reason, len(unanswered), f"{exc}{said(tail)}"[:300])
         with self._stats_lock:
             self._stats.requeued_unanswered += len(unanswered)
         for item in unanswered:
             item.stream = True
         self._queue.put(unanswered)
+
+
+def said(stderr_tail: str) -> str:
+    """What nsjail (or the worker) last printed, as a suffix; nothing when it printed nothing."""
+    return f"; nsjail said: {stderr_tail}" if stderr_tail.strip() else ""
 
 
 def _encode_job(position: int, job: dict[str, Any]) -> bytes:
