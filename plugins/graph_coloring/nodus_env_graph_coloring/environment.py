@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from typing import Any
 
 from nodus.core import Environment, Grade, Task
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from nodus_env_graph_coloring.answer import last_answer
+
+# A vertex key is a plain ASCII decimal without leading zeros. str.isdigit() is not enough: it accepts '²' and
+# '①', which int() refuses, and int() refuses digit strings over 4300 characters too; n is at most 40.
+_VERTEX_KEY = re.compile(r"0|[1-9][0-9]{0,5}")
 
 
 class GraphColoringParams(BaseModel):
@@ -87,7 +92,7 @@ class GraphColoring(Environment):
             wrong.append(tagged({**base, str(v): planted[u]}))
         wrong.append(tagged({**base, "0": k + 1}))  # a color out of range
         wrong.append(tagged({key: color for key, color in base.items() if key != str(n - 1)}))  # a missing vertex
-        wrong.append(self.reference(task)[:-len("</answer>")] + ",</answer>")  # broken JSON
+        wrong.append(self.reference(task)[: -len("</answer>")] + ",</answer>")  # broken JSON
         return wrong
 
     def grade(self, task: Task, completion: str) -> Grade:
@@ -142,7 +147,7 @@ def parse_coloring(completion: str, n: int, k: int) -> tuple[dict[int, int] | No
     if duplicates:
         problems.append(f"vertex {sorted(duplicates)[0]} has more than one color")
     for key, color in raw.items():
-        if not (key.isdigit() and str(int(key)) == key and int(key) < n):
+        if not (_VERTEX_KEY.fullmatch(key) and int(key) < n):
             problems.append(f"unknown vertex {key[:20]!r}: vertices are 0 to {n - 1}")
             continue
         if isinstance(color, bool) or not isinstance(color, int) or not 1 <= color <= k:

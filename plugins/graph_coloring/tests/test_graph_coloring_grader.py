@@ -62,6 +62,7 @@ def test_failure_reasons_are_specific() -> None:
     task = TASKS[0]
     u, v = task.data["edges"][0]
     planted = task.data["planted"]
+
     def tagged(**changes: object) -> str:
         return f"<answer>{json.dumps(answer_for(task, **changes))}</answer>"
 
@@ -113,3 +114,14 @@ def test_partial_credit_scores_the_fraction_of_satisfied_edges() -> None:
     lonely = next(v for v in range(6) if all(v not in e for e in lonely_task.data["edges"]))
     bad = {str(v): c for v, c in enumerate(lonely_task.data["planted"])} | {str(lonely): 9}
     assert isolated.grade(lonely_task, f"<answer>{json.dumps(bad)}</answer>").score < 1.0
+
+
+@pytest.mark.parametrize("key", ["²", "①", "٣", "0" * 2, "1" * 5000])
+def test_keys_that_only_look_like_vertices_are_unknown_vertices(key: str) -> None:
+    # str.isdigit() holds for all of these but int() refuses the first three and the last; they once crashed
+    # the grader (an infrastructure failure) instead of grading the answer.
+    for env in (ENV, GraphColoring({"partial_credit": True})):
+        answer = json.dumps({"0": 1, key: 1})
+        grade = env.grade(TASKS[0], f"<answer>{answer}</answer>")
+        assert not grade.passed and grade.score < 1.0
+        assert grade.details == f"unknown vertex {key[:20]!r}: vertices are 0 to 9"
