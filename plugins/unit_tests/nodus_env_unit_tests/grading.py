@@ -34,6 +34,10 @@ def run_tests(plan: Plan, results: list[CallResult], then_call: str | None) -> V
             raise CallRaised(f"{call.error} for arguments {plan.calls[index][:80]}")
         return call.value
 
+    def record(ok: bool, counts: bool) -> None:
+        if counts or not ok:  # an assertion that involves no result earns nothing, but can fail (checks.py)
+            outcomes.append(ok)
+
     errors: list[str] = []
 
     def failed(error: Exception) -> bool:
@@ -41,7 +45,11 @@ def run_tests(plan: Plan, results: list[CallResult], then_call: str | None) -> V
         return False
 
     namespace: dict[str, Any] = {
-        RESULT: result, RECORD: outcomes.append, FAILED: failed, "same": same, "__name__": "__nodus_tests__"
+        RESULT: result,
+        RECORD: record,
+        FAILED: failed,
+        "same": same,
+        "__name__": "__nodus_tests__",
     }
     problem = ""
     try:

@@ -15,7 +15,9 @@ from typing import Any
 
 from nodus_env_unit_tests.values import ENCODER_SOURCE, decode
 
-HARNESS = ENCODER_SOURCE + '''
+HARNESS = (
+    ENCODER_SOURCE
+    + """
 def _nodus_harness():
     import ast as _ast, json as _json, sys as _sys
     request = _json.loads(_sys.stdin.readline())
@@ -31,7 +33,8 @@ def _nodus_harness():
 
 
 _nodus_harness()
-'''
+"""
+)
 
 
 class NoResults(ValueError):
@@ -56,9 +59,13 @@ def parse_results(stdout: str, nonce: str, expected_count: int) -> list[CallResu
         raise NoResults("the program stopped before the tests could call its function")
     try:
         raw = json.loads(lines[-1][len(nonce) :])
-        results = [CallResult(value=decode(item["ok"])) if "ok" in item else CallResult(error=str(item["error"]))
-                   for item in raw]
-    except (ValueError, TypeError, KeyError, AttributeError) as error:
+        results = [
+            CallResult(value=decode(item["ok"])) if "ok" in item else CallResult(error=str(item["error"]))
+            for item in raw
+        ]
+    # The line is the completion's to write (it can read the nonce), so whatever fails in decoding it, deep
+    # nesting included, is a malformed result and scores 0; it must never crash the grader.
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as error:
         raise NoResults(f"the results are malformed ({type(error).__name__})") from None
     if len(results) != expected_count:
         raise NoResults(f"{len(results)} results for {expected_count} calls")

@@ -2,7 +2,8 @@
 
 The completion's process encodes what the function returned; the grader decodes it into exact builtin
 types. Nothing the completion defines survives the trip: an object with a rigged ``__eq__`` (or an ``int``
-subclass) arrives as an :class:`Opaque` that equals nothing.
+subclass) arrives as an :class:`Opaque` that equals nothing, and a subclass of list, tuple, dict, set or
+frozenset (a ``Counter``, a namedtuple) as its builtin base with the same contents, which it equals under ``==``.
 
 ``ENCODER_SOURCE`` is executed inside the completion's process (the harness embeds it), and here.
 """
@@ -12,27 +13,37 @@ from __future__ import annotations
 import math
 from typing import Any
 
-ENCODER_SOURCE = '''
+ENCODER_SOURCE = """
 def _nodus_encode(value, depth=0):
     kind = type(value)
     if depth > 50:
         return {"opaque": "too deeply nested"}
+    if kind is int and value.bit_length() > 10000:
+        # In hex: Python refuses to write (and read) decimal ints over 4300 digits (sys.set_int_max_str_digits),
+        # and a correct function may well return one. Hex has no such limit, and changing the limit would change
+        # it for the whole grader process.
+        return {"int": hex(value)}
     if value is None or kind is bool or kind is str or kind is int or kind is float:
         return value
-    if kind is list:
-        return [_nodus_encode(item, depth + 1) for item in value]
-    if kind is tuple:
-        return {"tuple": [_nodus_encode(item, depth + 1) for item in value]}
-    if kind is dict:
-        return {"dict": [[_nodus_encode(k, depth + 1), _nodus_encode(v, depth + 1)] for k, v in value.items()]}
-    if kind is set or kind is frozenset:
-        return {kind.__name__: [_nodus_encode(item, depth + 1) for item in value]}
+    # Subclasses of the containers (Counter, defaultdict, OrderedDict, a namedtuple) arrive as their builtin
+    # base, which they equal under ==. Their contents are read through the base's own methods, so overriding
+    # __iter__ or items() changes nothing, and whatever __eq__ they define is left behind.
+    if isinstance(value, list):
+        return [_nodus_encode(item, depth + 1) for item in list.__iter__(value)]
+    if isinstance(value, tuple):
+        return {"tuple": [_nodus_encode(item, depth + 1) for item in tuple.__iter__(value)]}
+    if isinstance(value, dict):
+        return {"dict": [[_nodus_encode(k, depth + 1), _nodus_encode(v, depth + 1)] for k, v in dict.items(value)]}
+    if isinstance(value, frozenset):
+        return {"frozenset": [_nodus_encode(item, depth + 1) for item in frozenset.__iter__(value)]}
+    if isinstance(value, set):
+        return {"set": [_nodus_encode(item, depth + 1) for item in set.__iter__(value)]}
     if kind is complex:
         return {"complex": [value.real, value.imag]}
     if kind is bytes:
         return {"bytes": value.hex()}
     return {"opaque": kind.__name__}
-'''
+"""
 
 namespace: dict[str, Any] = {}
 exec(ENCODER_SOURCE, namespace)  # one definition for both sides
@@ -71,6 +82,8 @@ def decode(data: Any) -> Any:
         return {decode(item) for item in payload}
     if tag == "frozenset":
         return frozenset(decode(item) for item in payload)
+    if tag == "int":
+        return int(payload, 16)
     if tag == "complex":
         return complex(*payload)
     if tag == "bytes":

@@ -63,8 +63,10 @@ def test_reordering_the_file_changes_nothing(tmp_path: Path) -> None:
 
 def test_tests_with_computed_arguments_are_a_load_error_or_skipped(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "p.jsonl", [*HUMANEVAL, HUMANEVAL_COMPUTED_ARGS])
-    expected = (r"p.jsonl:4: line 5 of the tests: candidate\(\.\.\.\) has arguments that are not literals "
-                r"\(candidate\(x\)\); .* skip_unsupported=true")
+    expected = (
+        r"p.jsonl:4: line 5 of the tests: candidate\(\.\.\.\) has arguments that are not literals "
+        r"\(candidate\(x\)\); .* skip_unsupported=true"
+    )
     with pytest.raises(DataFileError, match=expected) as raised:
         UnitTests({"data": path}).tasks("train", 0, 1)
     assert isinstance(raised.value, NodusError) and "\n" not in str(raised.value)
@@ -76,11 +78,16 @@ def test_tests_with_computed_arguments_are_a_load_error_or_skipped(tmp_path: Pat
     ("line", "message"),
     [
         ("not json", "p.jsonl:1: not valid JSON"),
-        ('{"text": "t", "code": "def f(): pass", "test_list": []}',
-         "p.jsonl:1: the MBPP 'test_list' has no tests"),
-        ('{"text": "t", "code": "def f(): pass", "test_list": ["assert g(1) == 1"]}',
-         "p.jsonl:1: the MBPP tests call no function that 'code' defines"),
+        ('{"text": "t", "code": "def f(): pass", "test_list": []}', "p.jsonl:1: the MBPP 'test_list' has no tests"),
+        (
+            '{"text": "t", "code": "def f(): pass", "test_list": ["assert g(1) == 1"]}',
+            "p.jsonl:1: the MBPP tests call no function that 'code' defines",
+        ),
         ('{"question": "q"}', r"p.jsonl:1: unknown record form \(keys: question\)"),
+        (
+            '{"text": "t", "code": "def f(x): return x", "test_list": ["f(1)", "assert True"]}',
+            r"p.jsonl:1: no assert statement checks what f\(\.\.\.\) returns",
+        ),
     ],
 )
 def test_a_bad_file_is_a_one_line_error(tmp_path: Path, line: str, message: str) -> None:
