@@ -10,11 +10,33 @@ from typing import Any
 
 _FENCED = re.compile(r"```[a-zA-Z]*[ \t]*\n(.*?)```", re.DOTALL)
 MAX_STARTS = 200  # bounded: a hostile completion of 10^5 brackets must not cost 10^5 parse attempts
-_DECODER = json.JSONDecoder()
 
 
 class NoJson(ValueError):
     pass
+
+
+class _NotJson(ValueError):
+    """Text that parses as JSON only by Python's lenient reading. Not a syntax error to skip past: the answer
+    is refused, so that a nested value or another candidate cannot stand in for it."""
+
+
+def _no_constant(name: str) -> Any:
+    # Python reads NaN, Infinity and -Infinity; JSON has none of them (and NaN passes every numeric bound).
+    raise _NotJson(f"{name} is not a JSON value")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # Python keeps the last of duplicate keys; which one counts is not defined, so an answer may not have them.
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _NotJson(f"duplicate key {json.dumps(key)[:40]}")
+        seen.add(key)
+    return dict(pairs)
+
+
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, object_pairs_hook=_unique_keys)
 
 
 def extract_json(completion: str) -> tuple[Any, str]:
@@ -23,13 +45,24 @@ def extract_json(completion: str) -> tuple[Any, str]:
     errors = []
     for block in reversed(blocks):
         try:
-            return json.loads(block), "fenced block"
+            return _DECODER.decode(block), "fenced block"
+        except _NotJson as error:
+            raise NoJson(f"the fenced block is not valid JSON ({error})") from None
+        except json.JSONDecodeError as error:
+            if error.msg == "Extra data":  # a value and more: which one is the answer is not ours to guess
+                raise NoJson(
+                    f"the fenced block holds more than one JSON value (the second at line {error.lineno}"
+                    f" column {error.colno})"
+                ) from None
+            errors.append(str(error)[:80])
         except (ValueError, RecursionError) as error:
             errors.append(str(error)[:80])
     starts = (index for index, char in enumerate(completion) if char in "{[")
     for start in itertools.islice(starts, MAX_STARTS):
         try:
             value, _ = _DECODER.raw_decode(completion, start)
+        except _NotJson as error:
+            raise NoJson(f"the JSON in the prose is not valid JSON ({error})") from None
         except (ValueError, RecursionError):
             continue
         return value, "prose"

@@ -17,7 +17,7 @@ import jsonschema
 from nodus.core.errors import NodusError
 
 from nodus_env_json_schema.synthesis import CannotSynthesise, synthesise
-from nodus_env_json_schema.validation import validator_for, violations
+from nodus_env_json_schema.validation import FORMAT_PACKAGES, unchecked_formats, validator_for, violations
 
 FORMAT_HINT = (
     'each line must be {"prompt": "...", "schema": {...}, "expected": {"/json/pointer": value, ...}} '
@@ -39,8 +39,10 @@ def load_task_file(path: str) -> TaskSet:
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as error:
-        raise DataFileError(f"{path}: cannot read the task file ({error.__class__.__name__}: {error}); "
-                            "pass an existing UTF-8 JSONL file with --param data=path.jsonl") from None
+        raise DataFileError(
+            f"{path}: cannot read the task file ({error.__class__.__name__}: {error}); "
+            "pass an existing UTF-8 JSONL file with --param data=path.jsonl"
+        ) from None
     records: dict[str, dict[str, Any]] = {}
     for number, line in enumerate(lines, start=1):
         if line.strip():
@@ -67,6 +69,17 @@ def parse_record(where: str, line: str) -> dict[str, Any]:
         validator = validator_for(raw["schema"])
     except jsonschema.SchemaError as error:
         raise DataFileError(f"{where}: the schema is invalid ({error.message[:160]}); fix the schema") from None
+    for name in unchecked_formats(raw["schema"]):  # an unchecked format would accept anything: refuse the file
+        package = FORMAT_PACKAGES.get(name)
+        if package:
+            raise DataFileError(
+                f"{where}: format {name!r} cannot be checked without the {package} package; "
+                f"pip install {package}, or remove the format"
+            )
+        raise DataFileError(
+            f"{where}: format {name!r} is not one jsonschema can check in this schema's dialect; "
+            "remove it (a 'pattern' can say the same)"
+        )
     expected = raw.get("expected", {})
     if not isinstance(expected, dict) or not all(key.startswith("/") for key in expected):
         raise DataFileError(f"{where}: 'expected' must map JSON Pointers like \"/name\" to values; {FORMAT_HINT}")
@@ -76,13 +89,20 @@ def parse_record(where: str, line: str) -> dict[str, Any]:
         try:
             reference = synthesise(raw["schema"], expected)
         except CannotSynthesise as error:
-            raise DataFileError(f"{where}: cannot build a valid answer for this schema ({error}); add a "
-                                "'reference' field holding one") from None
+            raise DataFileError(
+                f"{where}: cannot build a valid answer for this schema ({error}); add a 'reference' field holding one"
+            ) from None
     problems = violations(validator, expected, reference)
     if problems and "reference" not in raw:
-        raise DataFileError(f"{where}: cannot build a valid answer for this schema ({problems[0]}); add a "
-                            "'reference' field holding one")
+        raise DataFileError(
+            f"{where}: cannot build a valid answer for this schema ({problems[0]}); add a 'reference' field holding one"
+        )
     if problems:
         raise DataFileError(f"{where}: the reference answer is not valid ({problems[0]}); fix it or the schema")
-    return {"request": raw["prompt"], "schema": raw["schema"], "expected": expected, "reference": reference,
-            "source": "file"}
+    return {
+        "request": raw["prompt"],
+        "schema": raw["schema"],
+        "expected": expected,
+        "reference": reference,
+        "source": "file",
+    }

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import re
+from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
@@ -14,10 +17,100 @@ MAX_LISTED = 20  # the sandbox cuts details at 4000 chars anyway
 
 
 def validator_for(schema: dict[str, Any]) -> Validator:
-    """A validator of the schema's ``$schema`` dialect; raises jsonschema's SchemaError if the schema is invalid."""
+    """A validator of the schema's ``$schema`` dialect; raises jsonschema's SchemaError if the schema is invalid.
+
+    It asserts ``format`` (jsonschema only annotates it unless given a format checker; a data file with a format
+    it cannot check is refused at load time, see :func:`unchecked_formats`), and reads ``pattern`` as ECMA-262
+    does for ``$``."""
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     cls.check_schema(schema)
-    return cls(schema)  # type: ignore[no-any-return]
+    return _with_ecma_pattern(cls)(schema, format_checker=cls.FORMAT_CHECKER)  # type: ignore[no-any-return]
+
+
+@functools.cache
+def _with_ecma_pattern(cls: type[Validator]) -> type[Validator]:
+    return jsonschema.validators.extend(cls, {"pattern": _ecma_pattern})  # type: ignore[no-any-return]
+
+
+def _ecma_pattern(
+    validator: Validator, pattern: str, instance: Any, schema: Any
+) -> Iterator[jsonschema.ValidationError]:
+    # jsonschema searches with Python's re, whose `$` also matches before a final newline: "FDJ-3593\n" passed
+    # "^[A-Z]{3}-[0-9]{4}$". JSON Schema patterns are ECMA-262 regexes, where `$` is the very end of the string.
+    if validator.is_type(instance, "string") and not re.search(ecma_end_anchors(pattern), instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+@functools.lru_cache(maxsize=1024)
+def ecma_end_anchors(pattern: str) -> str:
+    """``pattern`` with every ``$`` anchor made ``\\Z`` (end of string only); an escaped ``\\$`` and a ``$`` in a
+    character class are literal dollars and stay as they are."""
+    out: list[str] = []
+    i, in_class = 0, False
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":  # an escape: copy it with the character it escapes
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            # Python reads a "]" right after "[" or "[^" as a literal, not as the end of the class.
+            end = i + 1
+            end += pattern.startswith("^", end)
+            end += pattern.startswith("]", end)
+            out.append(pattern[i:end])
+            i, in_class = end, True
+            continue
+        elif char == "$":
+            char = "\\Z"
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
+# Formats jsonschema checks only with an extra package installed (see jsonschema/_format.py; draft 3 left out).
+FORMAT_PACKAGES = {
+    "date-time": "rfc3339-validator",
+    "time": "rfc3339-validator",
+    "hostname": "fqdn",
+    "idn-hostname": "idna",
+    "uri": "rfc3987",
+    "uri-reference": "rfc3987",
+    "iri": "rfc3987",
+    "iri-reference": "rfc3987",
+    "json-pointer": "jsonpointer",
+    "relative-json-pointer": "jsonpointer",
+    "uri-template": "uri-template",
+    "duration": "isoduration",
+}
+# Keywords whose values are data, not schemas (a "format" key in them is not the format keyword) ...
+_DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples"})
+# ... and keywords whose values map names to schemas (a property may be called "format" or "enum").
+_SCHEMA_MAPS = frozenset(
+    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"}
+)
+
+
+def unchecked_formats(schema: Any) -> list[str]:
+    """The ``format`` values in the schema that its dialect's format checker cannot check here."""
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    return sorted(_formats_in(schema) - set(cls.FORMAT_CHECKER.checkers))
+
+
+def _formats_in(schema: Any) -> set[str]:
+    if isinstance(schema, list):
+        return set().union(*map(_formats_in, schema))
+    if not isinstance(schema, dict):
+        return set()
+    found = {schema["format"]} if isinstance(schema.get("format"), str) else set()
+    for key, value in schema.items():
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            found |= _formats_in(list(value.values()))
+        elif key not in _DATA_KEYWORDS:
+            found |= _formats_in(value)
+    return found
 
 
 def same_json(expected: Any, got: Any) -> bool:
@@ -25,8 +118,10 @@ def same_json(expected: Any, got: Any) -> bool:
     if isinstance(expected, bool) or isinstance(got, bool):
         return type(expected) is type(got) and expected == got
     if isinstance(expected, dict):
-        return isinstance(got, dict) and expected.keys() == got.keys() and all(
-            same_json(value, got[key]) for key, value in expected.items()
+        return (
+            isinstance(got, dict)
+            and expected.keys() == got.keys()
+            and all(same_json(value, got[key]) for key, value in expected.items())
         )
     if isinstance(expected, list):
         return isinstance(got, list) and len(expected) == len(got) and all(map(same_json, expected, got))

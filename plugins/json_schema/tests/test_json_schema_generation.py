@@ -7,6 +7,7 @@ import pytest
 from nodus.core.errors import InvalidParameters, NodusError
 from nodus_env_json_schema import JsonSchema
 from nodus_env_json_schema.datafile import DataFileError
+from nodus_env_json_schema.validation import FORMAT_PACKAGES, unchecked_formats, validator_for
 
 # sha256 of the first 8 tasks of each split for seed 42 with default parameters. If this fails, what
 # json-schema@1 generates has changed: put the new behaviour in json-schema@2 and restore @1.
@@ -64,8 +65,11 @@ def write_jsonl(path: Path, records: list[object]) -> str:
     return str(path)
 
 
-PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0}},
-          "required": ["name", "age"]}
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0}},
+    "required": ["name", "age"],
+}
 RECORDS = [{"prompt": f"A person called P{n}.", "schema": PERSON, "expected": {"/name": f"P{n}"}} for n in range(120)]
 
 
@@ -106,10 +110,62 @@ def test_a_bad_task_is_the_authors_one_line_error_at_load_time(tmp_path: Path, r
 
 def test_the_schemas_own_dialect_is_used(tmp_path: Path) -> None:
     # In draft-04 exclusiveMaximum is a boolean; in 2020-12 that schema would be invalid.
-    draft4 = {"$schema": "http://json-schema.org/draft-04/schema#", "type": "object",
-              "properties": {"n": {"type": "integer", "maximum": 5, "exclusiveMaximum": True}}, "required": ["n"]}
+    draft4 = {
+        "$schema": "http://json-schema.org/draft-04/schema#",
+        "type": "object",
+        "properties": {"n": {"type": "integer", "maximum": 5, "exclusiveMaximum": True}},
+        "required": ["n"],
+    }
     records = [{"prompt": f"Pick n ({i}).", "schema": draft4, "reference": {"n": 3}} for i in range(20)]
     env = JsonSchema({"data": write_jsonl(tmp_path / "t.jsonl", records)})
     task = env.tasks("train", 0, 1)[0]
     assert env.grade(task, '```json\n{"n": 4}\n```').passed
     assert "5 is greater than or equal to the maximum of 5" in env.grade(task, '{"n": 5}').details
+
+
+def test_generated_tasks_have_no_format_and_their_references_pass_the_stricter_validator() -> None:
+    for task in JsonSchema({"depth": 3, "fixed_values": 3}).tasks("heldout", 7, 64):
+        assert "format" not in keywords(task.data["schema"])
+        validator_for(task.data["schema"]).validate(task.data["reference"])
+
+
+def test_formats_are_checked_and_one_that_cannot_be_is_refused_at_load_time(tmp_path: Path) -> None:
+    checked = {
+        "type": "object",
+        "properties": {"email": {"type": "string", "format": "email"}, "ip": {"type": "string", "format": "ipv4"}},
+        "required": ["email", "ip"],
+    }
+    records = [
+        {"prompt": f"Contact {n}.", "schema": checked, "reference": {"email": f"p{n}@x.org", "ip": "10.0.0.1"}}
+        for n in range(20)
+    ]
+    env = JsonSchema({"data": write_jsonl(tmp_path / "t.jsonl", records)})
+    task = env.tasks("train", 0, 1)[0]
+    assert env.grade(task, env.reference(task)).passed
+    grade = env.grade(task, '```json\n{"email": "not an email", "ip": "::::"}\n```')
+    assert (
+        not grade.passed and "'not an email' is not a 'email'" in grade.details and "is not a 'ipv4'" in grade.details
+    )
+    # A format jsonschema cannot check here would accept anything: the file is refused, naming what to do.
+    missing = next((name for name in FORMAT_PACKAGES if unchecked_formats({"format": name})), None)
+    cases = {"phone": r"t.jsonl:2: format 'phone' is not one jsonschema can check in this schema's dialect"}
+    if missing:
+        cases[missing] = rf"t.jsonl:2: format '{missing}' cannot be checked without the {FORMAT_PACKAGES[missing]} "
+    for name, message in cases.items():
+        schema = {"type": "object", "properties": {"x": {"type": "string", "format": name}}}
+        bad = {"prompt": "p", "schema": schema, "reference": {}}
+        with pytest.raises(DataFileError, match=message) as raised:
+            JsonSchema({"data": write_jsonl(tmp_path / "t.jsonl", [records[0], bad])}).tasks("train", 0, 1)
+        assert "\n" not in str(raised.value)
+
+
+def test_only_format_keywords_count_not_data_or_property_names() -> None:
+    schema = {
+        "properties": {"format": {"type": "string"}, "enum": {"format": "phone"}},
+        "enum": [{"format": "phone"}],
+        "const": {"format": "x"},
+        "default": {"format": "y"},
+        "items": {"format": "email"},
+        "$defs": {"a": {"anyOf": [{"format": "z"}]}},
+    }
+    assert unchecked_formats(schema) == ["phone", "z"]
