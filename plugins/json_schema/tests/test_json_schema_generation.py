@@ -159,6 +159,12 @@ def test_formats_are_checked_and_one_that_cannot_be_is_refused_at_load_time(tmp_
         assert "\n" not in str(raised.value)
 
 
+def test_the_formats_data_files_use_most_are_checkable_with_the_plugins_dependencies() -> None:
+    # jsonschema[format-nongpl] brings their checkers; without them these data files were refused.
+    for name in ("date-time", "date", "time", "uri", "hostname", "duration", "json-pointer", "email", "uuid"):
+        assert unchecked_formats({"format": name}) == [], name
+
+
 def test_only_format_keywords_count_not_data_or_property_names() -> None:
     schema = {
         "properties": {"format": {"type": "string"}, "enum": {"format": "phone"}},
