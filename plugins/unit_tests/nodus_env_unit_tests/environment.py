@@ -69,7 +69,7 @@ class UnitTests(FileBackedEnvironment):
 
     def grade(self, task: Task, completion: str) -> Grade:
         data = task.data
-        program = data["preamble"] + "\n" + extract_code(completion)
+        program = data["preamble"] + "\n" + extract_code(completion, data["entry_point"])
         try:  # compiling runs nothing; it spares a process for what can never run
             compile(program, "<completion>", "exec")
         except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as error:

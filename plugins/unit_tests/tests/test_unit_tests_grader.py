@@ -80,6 +80,18 @@ def test_details_say_why_a_completion_failed(tasks: dict[str, Task]) -> None:
         assert details.startswith(reason) or reason in details, (completion, details)
 
 
+def test_an_example_block_after_the_solution_is_not_what_is_graded(tasks: dict[str, Task]) -> None:
+    # A usage example after the solution was graded instead of it: a correct solution scored 0 (NameError).
+    task = tasks["generated"]
+    entry = task.data["entry_point"]
+    solution = fenced(ENV.reference(task).strip().removeprefix("```python").removesuffix("```").strip())
+    for example in (fenced(f"print({entry}([1, 2, 3]))"), "Output:\n```\n[1, 3]\n```"):
+        assert ENV.grade(task, f"{solution}\nFor example:\n{example}").passed, example
+    # Of two blocks that define the function, the last is the answer, as before.
+    wrong = fenced(f"def {entry}(*args):\n    return None")
+    assert not ENV.grade(task, f"{solution}\nOn second thought:\n{wrong}").passed
+
+
 def test_humaneval_completions_may_be_the_body_or_the_whole_function(tasks: dict[str, Task]) -> None:
     task = tasks["humaneval"]
     body = task.data["reference"]
