@@ -8,7 +8,7 @@ from abc import abstractmethod
 from functools import cached_property
 from typing import Any, Protocol
 
-from nodus.core.environment import Environment
+from nodus.core.environment import Environment, seed_params
 
 
 class DataFile(Protocol):
@@ -44,8 +44,7 @@ class FileBackedEnvironment(Environment):
     def seed_inputs(self) -> list[Any]:
         if self.data_file is None:
             return super().seed_inputs()
-        params = self.params.model_dump(mode="json", exclude={"data", *self.grading_params})
-        return [params, self.data_file.digest]
+        return [seed_params(self.params, exclude={"data", *self.grading_params}), self.data_file.digest]
 
     def generate(self, rng: random.Random) -> dict[str, Any]:
         if self.data_file is None:

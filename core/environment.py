@@ -1,8 +1,9 @@
 """The contract every environment implements, and the task splits built on it.
 
-An author subclasses :class:`Environment` and writes four methods: ``generate`` (task data from a seeded
-RNG), ``prompt_text``, ``grade`` and ``reference``. The base class owns everything that must be the same for
-every environment: seeding, the train/held-out split, task ids and chat formatting.
+An author subclasses :class:`Environment` and writes five methods: ``generate`` (task data from a seeded
+RNG), ``prompt_text``, ``grade``, ``reference`` and ``mutations`` (near-misses the conformance kit grades). The base
+class owns everything that must be the same for every environment: seeding, the train/held-out split, task ids and
+chat formatting.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, ClassVar, Literal
 from nodus.core.errors import InvalidParameters, TaskGenerationError
 from nodus.core.ids import EnvId, format_env_id
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import to_jsonable_python
 
 Split = Literal["train", "heldout"]
 SPLITS: tuple[Split, ...] = ("train", "heldout")
@@ -38,6 +40,11 @@ MAX_SEED = 2**32 - 1
 HELD_OUT_BUCKETS = 32
 # How many draws a split may take per task it needs before we decide the parameter space is too small.
 MAX_DRAWS_PER_TASK = 64
+# What an environment without mutations() is told, by the base method and by the conformance kit.
+MISSING_MUTATIONS = (
+    "the environment has no mutations(task) method; add one returning wrong-but-close completions that must score "
+    "below 1, e.g. def mutations(self, task): return [str(task.data['answer'] + 1)]"
+)
 
 
 class Task(BaseModel):
@@ -70,7 +77,7 @@ class EmptyParams(BaseModel):
 
 
 class Environment(ABC):
-    """Base class of every environment. Subclasses set the class attributes and the four methods."""
+    """Base class of every environment. Subclasses set the class attributes and the five methods."""
 
     namespace: ClassVar[str] = "nodus"
     name: ClassVar[str]
@@ -107,12 +114,22 @@ class Environment(ABC):
     def reference(self, task: Task) -> str:
         """A completion that scores 1.0: used by tests, property checks and SFT warm-up."""
 
+    def mutations(self, task: Task) -> list[str]:
+        """Wrong-but-close completions of ``task`` that must score below 1: the reference with a digit changed, two
+        colors swapped, a sign flipped, the answer outside its tags.
+
+        The conformance kit (``grpo check``) grades them to show the grader is not gullible: one that passes anything
+        shaped like an answer fails. Not abstract, so that an environment without it still loads and runs, but the kit
+        fails until it is written (an empty default would pass that check without checking anything)."""
+        raise NotImplementedError(MISSING_MUTATIONS)
+
     def warm_up(self) -> None:
         """Load what grading needs (lazy imports, compiled patterns, tables) before the first grade.
 
         The sandbox calls it once per worker before a completion's wall-time limit starts, so that loading the
         grader is never charged to a completion (a correct answer that ran into the limit while a library was
-        imported would score 0). Override it when ``grade`` imports or builds something on first use."""
+        imported would score 0). Override it when ``grade`` imports or builds something on first use. It must
+        finish within 12 s (``nodus.sandbox.worker.PREPARE_LIMIT_S``), or grading fails as the grader's error."""
         return None  # nothing to load by default
 
     # --- what the framework provides -------------------------------------------------------------------
@@ -136,7 +153,7 @@ class Environment(ABC):
         An environment backed by a data file overrides this to give the file's content digest in place of its
         path, so a moved file draws the same tasks and an edited one different tasks.
         """
-        return [self.params.model_dump(mode="json", exclude=set(self.grading_params))]
+        return [seed_params(self.params, exclude=set(self.grading_params))]
 
     def draw_rng(self, seed: int, draw: int) -> random.Random:
         """The RNG of one draw: a pure function of (id, version, seed inputs, seed, draw).
@@ -182,6 +199,11 @@ class Environment(ABC):
                     "parameters with more possible tasks"
                 )
             data = self.generate(self.draw_rng(seed, draw))
+            if not isinstance(data, Mapping):  # else pydantic's "1 validation error for Task" says nothing of why
+                raise TaskGenerationError(
+                    f"{type(self).__name__}.generate() returned a {type(data).__name__}, not a dict; return the "
+                    "task's data as a dict of JSON values, e.g. {'numbers': [3, 1, 2]}"
+                )
             candidate = Task(env=self.id_text(), id="", split=split, seed=seed, index=len(tasks), draw=draw, data=data)
             key = self.split_key(candidate)
             if self.split_of(key) == split and key not in seen:
@@ -200,6 +222,39 @@ class Environment(ABC):
         if task.env != self.id_text():
             raise TaskGenerationError(f"task {task.id} belongs to {task.env}, not to {self.id_text()}")
         return task
+
+
+def seed_params(params: BaseModel, exclude: set[str]) -> Any:
+    """``params`` as JSON for the seed, with every set and frozenset (at any depth) in sorted order.
+
+    Pydantic lists a set in iteration order, which for str elements PYTHONHASHSEED changes: the same parameters drew
+    other tasks in every process. Parameters without a set are dumped exactly as before, so what every environment
+    version draws stays the same.
+    """
+    raw = params.model_dump(exclude=exclude)
+    if not _has_set(raw):
+        return params.model_dump(mode="json", exclude=exclude)
+    return to_jsonable_python(_sort_sets(raw))
+
+
+def _has_set(value: Any) -> bool:
+    if isinstance(value, (set, frozenset)):
+        return True
+    if isinstance(value, Mapping):
+        return any(_has_set(item) for item in value.values())
+    return isinstance(value, (list, tuple)) and any(_has_set(item) for item in value)
+
+
+def _sort_sets(value: Any) -> Any:
+    """``value`` with each set a list sorted by its elements' canonical JSON (elements may be of mixed types)."""
+    if isinstance(value, (set, frozenset)):
+        items = [_sort_sets(item) for item in value]
+        return sorted(items, key=lambda item: json.dumps(to_jsonable_python(item), sort_keys=True))
+    if isinstance(value, Mapping):
+        return {key: _sort_sets(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_sort_sets(item) for item in value]
+    return value
 
 
 def validate_params(cls: type[Environment], params: BaseModel | Mapping[str, Any] | None) -> BaseModel:

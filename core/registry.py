@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import difflib
 import importlib.metadata
+import inspect
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +25,7 @@ from nodus.core.errors import (
     first_line,
 )
 from nodus.core.ids import DEFAULT_NAMESPACE, EnvId, distribution_name, format_env_id, parse_env_id
-from nodus.core.plugins import describe_plugin, distribution_of, get_plugin_manager
+from nodus.core.plugins import DISABLE_AUTOLOAD_ENV, describe_plugin, distribution_of, get_plugin_manager
 from pydantic import BaseModel, ValidationError
 
 
@@ -43,6 +45,17 @@ class EnvironmentSpec:
         return self.cls(params)
 
 
+class EnvironmentLoadError(PluginLoadError):
+    """A load error of one environment whose id is known: asking for that id shows it, and only it."""
+
+    def __init__(self, message: str, env_id: EnvId) -> None:
+        super().__init__(message)
+        self.env_id = env_id
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickles (to a worker process, say) with its id
+        return (type(self), (str(self), self.env_id))
+
+
 @dataclass(frozen=True)
 class Resolution:
     spec: EnvironmentSpec
@@ -54,6 +67,8 @@ class Registry:
         self._specs: dict[EnvId, EnvironmentSpec] = {}
         # Plugins and environments that failed to load: reported when they could be why a name is unknown.
         self.load_errors = list(load_errors)
+        # Set when NODUS_DISABLE_PLUGIN_AUTOLOAD kept the installed plugins from loading: said when a name is unknown.
+        self.autoload_disabled = False
         for spec in specs:
             self.add(spec)
 
@@ -77,10 +92,11 @@ class Registry:
             # Keep none of them: which one came first depends on the order of sys.path and of the file system,
             # so keeping it would silently pick a different environment on another machine (or in a worker).
             registry.load_errors.append(
-                PluginLoadError(
+                EnvironmentLoadError(
                     f"environment {format_env_id(env_id)} is registered by "
                     f"{' and '.join(spec.distribution for spec in specs)}, so it is left out; "
-                    "uninstall all but one of them"
+                    "uninstall all but one of them",
+                    env_id,
                 )
             )
         hooked = {hookimpl.plugin_name for hookimpl in hookimpls}
@@ -115,6 +131,12 @@ class Registry:
     def resolve(self, text: str) -> Resolution:
         env_id = parse_env_id(text)
         versions = self.versions(env_id)
+        own = self._own_errors(env_id)
+        if own and (not versions or (env_id.version is not None and env_id.version not in versions)):
+            # Installed but left out: its own error is the answer; a "did you mean" or the other plugins' errors
+            # would only bury it.
+            error = UnknownVersion if versions else UnknownEnvironment
+            raise error(f"{format_env_id(env_id)} is installed but cannot be used: " + "; ".join(map(str, own)))
         if not versions:
             raise UnknownEnvironment(self._unknown_name_message(env_id))
         if env_id.version is None:
@@ -129,9 +151,20 @@ class Registry:
             )
         return Resolution(self._specs[env_id], None)
 
+    def _own_errors(self, env_id: EnvId) -> list[EnvironmentLoadError]:
+        """The load errors of ``env_id`` (of any of its versions when it names none)."""
+        return [
+            error
+            for error in self.load_errors
+            if isinstance(error, EnvironmentLoadError)
+            and error.env_id.unversioned == env_id.unversioned
+            and env_id.version in (None, error.env_id.version)
+        ]
+
     def _notes(self) -> str:
-        """The load errors, appended to a "not installed" message: a broken plugin may be why."""
-        return "".join(f"; note: {error}" for error in self.load_errors)
+        """The load errors that may be why a name is not installed, appended to the message: a plugin that failed to
+        import, say. Not those of another environment's id: they cannot be why, and there may be dozens."""
+        return "".join(f"; note: {error}" for error in self.load_errors if not isinstance(error, EnvironmentLoadError))
 
     def _unknown_name_message(self, env_id: EnvId) -> str:
         names = sorted({format_env_id(key.unversioned) for key in self._specs})
@@ -139,6 +172,11 @@ class Registry:
         close = difflib.get_close_matches(wanted, names, n=1)
         installed = ", ".join(names) if names else "none"
         broken = self._notes()
+        if self.autoload_disabled:  # no installed plugin was looked at: the likely cause, not a typo or a pip line
+            return (
+                f"no environment named {wanted!r} is registered; registered: {installed}; {DISABLE_AUTOLOAD_ENV} is "
+                "set, so installed plugins are not loaded; unset it to use them" + broken
+            )
         if close:  # most likely a typo: a pip line would name a distribution that may not exist (or a squatter's)
             return (
                 f"no environment named {wanted!r} is installed; did you mean {close[0]!r}? installed: {installed}"
@@ -168,7 +206,10 @@ def _registrations(hookimpl: pluggy.HookImpl) -> tuple[list[EnvironmentSpec], li
         try:
             specs.append(_spec_for(env_cls, distribution, label))
         except PluginLoadError as error:
-            errors.append(error)
+            # Kept with its id, to be the answer when that id is asked for; not so for an instance registered in
+            # place of its class, which another plugin may well provide.
+            env_id = _declared_id(env_cls) if isinstance(env_cls, type) else None
+            errors.append(error if env_id is None else EnvironmentLoadError(str(error), env_id))
 
     try:
         hookimpl.function(*({"register": register}[arg] for arg in hookimpl.argnames))
@@ -198,16 +239,18 @@ def _spec_for(env_cls: Any, distribution: str, label: str) -> EnvironmentSpec:
             "register(...) takes the environment class"
         )
     where = f"{label} registered {env_cls.__name__}"
+    if inspect.isabstract(env_cls):  # else it is listed, and every command that builds it fails with a traceback
+        methods = ", ".join(sorted(env_cls.__abstractmethods__))
+        raise PluginLoadError(
+            f"{where}, which leaves abstract methods unimplemented: {methods}; define each in the class, without "
+            "@abstractmethod"
+        )
     missing = [attr for attr in ("name", "version", "description") if not hasattr(env_cls, attr)]
     if missing:
         raise PluginLoadError(f"{where} without {', '.join(missing)}; set them as class attributes")
     namespace, name, version = env_cls.namespace, env_cls.name, env_cls.version
-    env_id = EnvId(namespace, name, version)
-    try:  # the round trip also refuses what parses but is not the canonical form: version "1", padded names
-        valid = parse_env_id(f"{namespace}/{name}@{version}") == env_id
-    except InvalidEnvironmentId:
-        valid = False
-    if not valid:
+    env_id = _declared_id(env_cls)
+    if env_id is None:
         raise PluginLoadError(
             f"{where} with namespace={namespace!r}, name={name!r}, version={version!r}; a namespace and a name are "
             "lower-case letters and digits in words joined by single hyphens and the version is a positive int, "
@@ -217,7 +260,8 @@ def _spec_for(env_cls: Any, distribution: str, label: str) -> EnvironmentSpec:
     if not (isinstance(params, type) and issubclass(params, BaseModel)):
         raise PluginLoadError(f"{where} with Params = {params!r}; Params must be a pydantic BaseModel subclass")
     try:  # pydantic does not validate defaults, so validate them as given values, as --param values are
-        params.model_validate(params().model_dump(by_alias=True))
+        # warnings=False: a wrong-typed default is reported below in one line, not as pydantic's serializer warning
+        params.model_validate(params().model_dump(by_alias=True, warnings=False))
     except ValidationError as error:
         first = error.errors()[0]
         field = ".".join(str(part) for part in first["loc"])
@@ -239,6 +283,16 @@ def _spec_for(env_cls: Any, distribution: str, label: str) -> EnvironmentSpec:
     return EnvironmentSpec(env_id=env_id, cls=env_cls, distribution=distribution)
 
 
+def _declared_id(env_cls: Any) -> EnvId | None:
+    """The id a class declares, or None when it has none or it is not in canonical form."""
+    try:
+        env_id = EnvId(env_cls.namespace, env_cls.name, env_cls.version)
+        # the round trip also refuses what parses but is not the canonical form: version "1", padded names
+        return env_id if parse_env_id(f"{env_id.namespace}/{env_id.name}@{env_id.version}") == env_id else None
+    except (AttributeError, InvalidEnvironmentId):
+        return None
+
+
 def _installed_version(distribution: str) -> str | None:
     try:
         return importlib.metadata.version(distribution)
@@ -256,8 +310,10 @@ def get_registry(pm: pluggy.PluginManager | None = None) -> Registry:
     if pm is not None:
         return Registry.from_plugin_manager(pm)
     errors: list[PluginLoadError] = []
-    pm = get_plugin_manager(load_errors=errors)
-    return Registry.from_plugin_manager(pm, errors)
+    autoload = not os.environ.get(DISABLE_AUTOLOAD_ENV)
+    registry = Registry.from_plugin_manager(get_plugin_manager(autoload=autoload, load_errors=errors), errors)
+    registry.autoload_disabled = not autoload
+    return registry
 
 
 def load_environment(

@@ -57,6 +57,10 @@ _PR_SET_DUMPABLE = 4
 # for a reply (pool.HOST_REPLY_SLACK_S, 15 s): past this it is reported at once as the grader's failure, where the
 # host would have waited out its budget, declared the worker hung and tried twice more.
 PREPARE_LIMIT_S = 12.0
+PREPARE_TOO_SLOW = (
+    f"preparing the grader (its environment's warm_up()) took more than {PREPARE_LIMIT_S:g} s, the sandbox's budget "
+    "for loading it; load less there (a lazy import, a cached table) or build it when the distribution is installed"
+)
 # In a jail the worker is pid 1 and the zygote, its first child, pid 2: the pids the seccomp policy protects.
 ZYGOTE_PID = 2
 _targets: dict[str, Callable[[dict[str, Any]], Any]] = {}
@@ -133,12 +137,7 @@ class Worker:
             try:
                 self._bounded(PREPARE_LIMIT_S, prepare, job["payload"])
             except JobTimeout:
-                return infrastructure(
-                    "grader_error",
-                    f"preparing the grader (its environment's warm_up()) took more than {PREPARE_LIMIT_S:g} s, the "
-                    "sandbox's budget for loading it; load less there (a lazy import, a cached table) or build it "
-                    "when the distribution is installed",
-                )
+                return infrastructure("grader_error", PREPARE_TOO_SLOW)
             except BaseException as error:  # noqa: BLE001 - a grader that cannot load is the grader's bug
                 self._propagate_a_stop(error)
                 return infrastructure("grader_error", traceback.format_exc())

@@ -19,6 +19,8 @@ from nodus.core.environment import Environment, Grade, Task
 from nodus.core.testing.timelimit import GradeTimeout, call_with_time_limit
 from nodus.sandbox.outcome import summary_line
 from nodus.sandbox.protocol import InvalidGraderResult, validate_grader_result
+from nodus.sandbox.worker import PREPARE_LIMIT_S, PREPARE_TOO_SLOW
+from pydantic import ValidationError
 
 GradeFn = Callable[[Environment, list[tuple[Task, str]]], Sequence[Any]]
 
@@ -55,6 +57,13 @@ class Outcome:
 
 def error_text(error: BaseException) -> str:
     """``KeyError: 'x'`` on one line, as a traceback's last line reads."""
+    if isinstance(error, ValidationError) and error.errors():
+        # Its first line is only "1 validation error for Grade": say which field broke which rule, with what.
+        first = error.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        more = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
+        got = summary_line(repr(first.get("input")), 60)
+        return f"ValidationError: {error.title}: {field + ': ' if field else ''}{first['msg']} (got {got}){more}"
     message = summary_line(str(error), 200) if str(error).strip() else ""
     return type(error).__name__ + (f": {message}" if message else "")
 
@@ -94,12 +103,24 @@ def _infrastructure_outcome(value: dict[str, Any], seconds: float | None) -> Out
 
 
 _warmed: weakref.WeakSet[Environment] = weakref.WeakSet()
+_warm_up_failed: weakref.WeakKeyDictionary[Environment, str] = weakref.WeakKeyDictionary()
 
 
 def grade_in_process(env: Environment, task: Task, completion: str, limit: float) -> Outcome:
     """Grade as the sandbox does: within ``limit`` seconds, and the result checked as the worker checks it."""
     if env not in _warmed:  # as the sandbox worker does: loading the grader is not the completion's time
-        env.warm_up()
+        if env in _warm_up_failed:
+            return Outcome(None, None, "", error=_warm_up_failed[env], seconds=0.0)
+        try:  # bounded as the worker bounds it, so a warm_up too slow for the sandbox fails here too
+            call_with_time_limit(env.warm_up, PREPARE_LIMIT_S)
+        except GradeTimeout:
+            _warm_up_failed[env] = PREPARE_TOO_SLOW
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:  # noqa: BLE001 - reported, as the sandbox reports it
+            _warm_up_failed[env] = f"warm_up() raised {error_text(error)}"
+        if env in _warm_up_failed:  # said once per environment, not waited out again for every completion
+            return Outcome(None, None, "", error=_warm_up_failed[env], seconds=0.0)
         _warmed.add(env)
     started = time.perf_counter()
     try:

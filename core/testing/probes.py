@@ -24,11 +24,16 @@ KINDS = ("reference", "mutation", "hostile")  # grading order: the rows that nee
 
 @runtime_checkable
 class Mutable(Protocol):
-    """An environment that can break its own reference answers (the optional ``mutations`` method)."""
+    """An environment that can break its own reference answers (the ``mutations`` method)."""
 
     def mutations(self, task: Task) -> list[str]:
         """Completions close to the reference that must score below 1: a swapped color, a changed digit..."""
         ...
+
+
+def has_mutations(env: Environment) -> bool:
+    """Whether ``env`` wrote its own ``mutations``: the base class's only raises, saying to write one."""
+    return isinstance(env, Mutable) and getattr(type(env), "mutations", None) is not Environment.mutations
 
 
 @dataclass(frozen=True)
@@ -73,7 +78,7 @@ def build_probes(env: Environment, tasks: list[Task], seed: int) -> tuple[list[P
         reference = _reference(env, task, problems)
         if reference is not None:
             probes.append(Probe(task, "reference", reference, "reference"))
-        if isinstance(env, Mutable):
+        if has_mutations(env):
             mutations = _mutations(env, task, problems)
             probes += [Probe(task, f"mutation {i}", text, "mutation") for i, text in enumerate(mutations)]
         hostile = (near_misses(reference, rng) if reference is not None else []) + [("random_text", random_text(rng))]

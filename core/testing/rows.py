@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from nodus.core.environment import Environment
+from nodus.core.environment import MISSING_MUTATIONS, Environment
 from nodus.core.testing.outcomes import GradeFn, Outcome, grade_batch
 from nodus.core.testing.probes import Left, Probe, Problems
 from nodus.core.testing.report import CheckResult
@@ -47,7 +47,7 @@ def mutation_row(graded: Graded, problems: Problems, has_method: bool, left: Lef
     mutations = [(p, o) for p, o in graded if p.kind == "mutation"]
     note = left.note("mutation")
     if not has_method:
-        return CheckResult(name, False, 0, "the environment has no mutations(task) -> list[str] method")
+        return CheckResult(name, False, 0, MISSING_MUTATIONS)
     if problems.mutations:
         return CheckResult(name, False, len(mutations), problems.mutations[0])
     if not mutations:
@@ -81,6 +81,9 @@ def determinism_row(
     again = [(p, o) for p, o in graded if p.kind != "hostile" and regradable(p, o)]
     hostile = [(p, o) for p, o in graded if p.kind == "hostile" and regradable(p, o)]
     again += hostile[: 2 * max(examples, 4)]
+    if not again:  # "ok" on nothing would read as a pass; the other rows say why nothing graded cleanly
+        why = "not run: every completion raised, timed out or met an infrastructure failure, so none was regraded"
+        return CheckResult("grade_deterministic", False, 0, why)
     second = grade_batch(env, [(p.task, p.completion) for p, _ in again], grade_fn, limit)
     for (probe, outcome), repeat in zip(again, second, strict=True):
         if repeat.infrastructure:

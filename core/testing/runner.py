@@ -13,7 +13,7 @@ from nodus.core.environment import SPLITS, Environment, Task
 from nodus.core.testing import determinism, rows
 from nodus.core.testing.jsondata import json_problem
 from nodus.core.testing.outcomes import GradeFn, error_text
-from nodus.core.testing.probes import Mutable, build_probes, grade_probes
+from nodus.core.testing.probes import Mutable, build_probes, grade_probes, has_mutations
 from nodus.core.testing.report import CheckReport, CheckResult
 from nodus.sandbox.limits import SandboxLimits
 from nodus.sandbox.outcome import summary_line
@@ -61,7 +61,7 @@ def run_checks(
         return CheckReport(env.id_text(), (*results, *(CheckResult(name, False, 0, reason) for name in GRADING_CHECKS)))
     results += [
         rows.reference_row(graded, problems, left, limit),
-        rows.mutation_row(graded, problems, isinstance(env, Mutable), left),
+        rows.mutation_row(graded, problems, has_mutations(env), left),
         rows.range_row(graded, left),
         _guarded("grade_deterministic", lambda: rows.determinism_row(env, graded, grade_fn, examples, limit)),
         rows.time_row(graded, limit, limit_problem, left),
@@ -93,27 +93,38 @@ def _guarded(name: str, check: Callable[[], CheckResult]) -> CheckResult:
 def _check_generation(env: Environment, seed: int, count: int) -> CheckResult:
     name = "deterministic_generation"
     try:
-        first = determinism.fingerprint(env, seed, count)
-        if determinism.fingerprint(env, seed, count) != first:
-            return CheckResult(name, False, 2 * count, f"seed {seed}: two calls in one process gave different tasks")
+        first = determinism.task_rows(env, seed, count)
+        second = determinism.task_rows(env, seed, count)
     except (Exception, SystemExit) as error:
         return CheckResult(name, False, 0, f"seed {seed}: generation raised {error_text(error)}")
+    if determinism.digest(second) != determinism.digest(first):
+        where = determinism.first_difference(first, second)
+        counter = (
+            f"seed {seed}: two calls in one process gave different tasks, first at {where}: generate() uses state "
+            "besides its rng and parameters (the global random module, a counter, the clock)"
+        )
+        return CheckResult(name, False, 2 * count, counter)
     if determinism.class_path(env) is None:
         return CheckResult(name, True, 2 * count, note="subprocess comparison skipped: class not importable")
     try:
-        others = determinism.fingerprints_in_subprocesses(env, seed, count)
+        others = determinism.rows_in_subprocesses(env, seed, count)
     except Exception as error:
         return CheckResult(name, False, 2 * count, f"seed {seed}: {summary_line(str(error), 300)}")
     (seed_a, a), *rest = others.items()
     for seed_b, b in rest:
-        if b != a:
-            counter = f"seed {seed}: PYTHONHASHSEED={seed_a} and {seed_b} in two subprocesses gave different tasks"
+        if determinism.digest(b) != determinism.digest(a):
+            where = determinism.first_difference(a, b)
+            counter = (
+                f"seed {seed}: PYTHONHASHSEED={seed_a} and {seed_b} in two subprocesses gave different tasks, "
+                f"first at {where}; {determinism.USUAL_CAUSES}"
+            )
             return CheckResult(name, False, 2 * count, counter)
-    if a != first:  # a true finding, though this process's seed may differ in the next run
+    if determinism.digest(a) != determinism.digest(first):  # a true finding, though this process's seed may differ
         here = os.environ.get("PYTHONHASHSEED", "random")
+        where = determinism.first_difference(first, a)
         counter = (
-            f"seed {seed}: this process (PYTHONHASHSEED={here}) and fresh ones gave different tasks: generate() "
-            "depends on str hashes (set order) or on state besides its rng and parameters"
+            f"seed {seed}: this process (PYTHONHASHSEED={here}) and fresh ones gave different tasks, first at {where}: "
+            f"generate() depends on str hashes or on state besides its rng and parameters; {determinism.USUAL_CAUSES}"
         )
         return CheckResult(name, False, 2 * count, counter)
     return CheckResult(name, True, 2 * count)

@@ -16,7 +16,7 @@ import random
 from hypothesis import strategies as st
 from nodus.core.environment import Environment, Split, Task
 from nodus.core.testing.completions import HOSTILE, change_one_char, near_misses
-from nodus.core.testing.runner import Mutable
+from nodus.core.testing.probes import has_mutations
 
 
 def tasks(env: Environment, split: Split = "heldout", seed: int = 42, count: int = 16) -> st.SearchStrategy[Task]:
@@ -51,7 +51,7 @@ def completions(env: Environment, task: Task) -> st.SearchStrategy[str]:
     """Anything a model might answer to ``task``: the reference, its mutations, near-misses, hostile text."""
     reference = env.reference(task)
     choices: list[st.SearchStrategy[str]] = [st.just(reference), near_miss(reference), hostile_text()]
-    if isinstance(env, Mutable):
+    if has_mutations(env):
         mutations = env.mutations(task)
         if mutations:
             choices.append(st.sampled_from(mutations))

@@ -1,12 +1,15 @@
 """The grpo command line, run as users run it: the installed console script in a subprocess."""
 
 import json
+import logging
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from nodus.core.cli import sandbox_log_left_to_the_report
+from nodus.sandbox import GraderPool, SandboxLimits
 
 GRPO = str(Path(sys.executable).with_name("grpo"))
 
@@ -233,3 +236,23 @@ def test_bare_grpo_prints_its_help_and_version_is_known() -> None:
     assert "train " in result.stdout and "error" not in result.stdout
     version = grpo("--version")
     assert version.returncode == 0 and version.stdout.startswith("grpo (nodus) ")
+
+
+def test_grpo_check_leaves_a_graders_errors_in_the_sandbox_to_its_table(caplog: pytest.LogCaptureFixture) -> None:
+    # grpo check logged "grading infrastructure failure (grader_error) after 1 attempt(s): ..." for each failing job
+    # (120 lines for one check): the author's bug, which its table shows, called the machine's failure.
+    job = {"target": "nodus.sandbox.demo_targets:raise_error", "payload": {"message": "list index out of range"}}
+
+    def sandbox_lines() -> list[str]:
+        return [record.getMessage() for record in caplog.records if record.name == "nodus.sandbox"]
+
+    with GraderPool(SandboxLimits(wall_time_s=5), workers=1) as pool:
+        pool.run_many([job])
+        (line,) = sandbox_lines()
+        assert "(grader_error)" in line and "list index out of range" in line
+        caplog.clear()
+        with sandbox_log_left_to_the_report():
+            assert [outcome.reason for outcome in pool.run_many([job, job])] == ["grader_error"] * 2
+            # The machine's own failures still show: the report excuses them, so this is where they are seen.
+            logging.getLogger("nodus.sandbox").error("grading infrastructure failure (%s): %s", "pool_error", "down")
+    assert sandbox_lines() == ["grading infrastructure failure (pool_error): down"]

@@ -1,12 +1,16 @@
 import json
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 from nodus.core.environment import Environment, Grade, Split, Task
 from nodus.core.errors import InvalidParameters, TaskGenerationError
 from nodus.core.registry import Registry
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tests.conftest import EchoNumber
 
@@ -120,3 +124,73 @@ def test_split_key_keeps_rewordings_of_a_held_out_problem_out_of_train() -> None
     assert problems(WordedSum(), "heldout", 10) & problems(WordedSum(), "train", 60)
     by_problem = WordedSumByProblem()
     assert not problems(by_problem, "heldout", 10) & problems(by_problem, "train", 60)
+
+
+class TagParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    digits: int = Field(3, ge=1, le=6)
+    tags: frozenset[str] = frozenset({"alpha", "beta", "gamma", "delta", "epsilon", "zeta"})
+    groups: dict[str, set[str]] = {"vowels": {"a", "e", "i", "o", "u"}}
+
+
+class TaggedEcho(EchoNumber):
+    """Set-valued parameters that generate() never reads: they must still not change the tasks by hash order."""
+
+    name = "tagged-echo"
+    Params = TagParams  # type: ignore[assignment]
+    grading_params = frozenset()
+
+
+def test_set_valued_parameters_draw_the_same_tasks_under_any_hash_seed() -> None:
+    root = Path(__file__).parents[2]
+    code = "from tests.core.test_environment import TaggedEcho; print(TaggedEcho().tasks('train', 0, 5))"
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code],
+            cwd=root,
+            env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(root)},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for seed in ("0", "1", "2", "3")
+    ]
+    outputs = {run.communicate(timeout=60)[0] for run in runs}
+    assert len(outputs) == 1 and all(run.returncode == 0 for run in runs), outputs
+    # Sorted at every depth: what the seed is made of no longer depends on the order of a set.
+    assert TaggedEcho().seed_inputs() == [
+        {
+            "digits": 3,
+            "tags": ["alpha", "beta", "delta", "epsilon", "gamma", "zeta"],
+            "groups": {"vowels": ["a", "e", "i", "o", "u"]},
+        }
+    ]
+
+
+def test_parameters_without_sets_are_seeded_as_their_json_dump() -> None:
+    # What every shipped version draws depends on this staying the same (their golden tests pin the tasks).
+    assert EchoNumber({"digits": 4, "strict": True}).seed_inputs() == [{"digits": 4}]
+    assert LaxEcho().seed_inputs() == [LaxParams().model_dump(mode="json")]
+
+
+class ListEcho(EchoNumber):
+    def generate(self, rng: random.Random) -> dict[str, Any]:
+        return [rng.randrange(10)]  # type: ignore[return-value]
+
+
+def test_generate_returning_something_other_than_a_dict_is_a_clear_error() -> None:
+    with pytest.raises(TaskGenerationError) as error:
+        ListEcho().tasks("train", 0, 1)
+    assert str(error.value) == (
+        "ListEcho.generate() returned a list, not a dict; return the task's data as a dict of JSON values, "
+        "e.g. {'numbers': [3, 1, 2]}"
+    )
+
+
+def test_an_environment_without_mutations_is_told_what_to_write() -> None:
+    env = EchoNumber()  # the four methods only, as the README once said
+    with pytest.raises(NotImplementedError) as error:
+        env.mutations(env.task("train", 0, 0))
+    assert str(error.value) == (
+        "the environment has no mutations(task) method; add one returning wrong-but-close completions that must "
+        "score below 1, e.g. def mutations(self, task): return [str(task.data['answer'] + 1)]"
+    )

@@ -4,6 +4,7 @@ sys.path, as pip installs them), is left out with one line naming it and the fix
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -194,12 +195,9 @@ def test_a_bad_class_leaves_out_only_itself(install: Install) -> None:
     assert registry.resolve("word-count").spec.env_id.version == 2
     (error,) = registry.load_errors
     assert str(error).startswith("plugin 'word_count' from nodus-env-word-count 0.1.0 registered WordCount, whose")
-    with pytest.raises(UnknownVersion) as raised:  # the version left out says why
+    with pytest.raises(UnknownVersion) as raised:  # the version left out says why, and only that
         registry.resolve("word-count@1")
-    assert str(raised.value) == (
-        "word-count has no version 1; installed: word-count@2; upgrade with 'pip install -U nodus-env-word-count'; "
-        f"note: {error}"
-    )
+    assert str(raised.value) == f"word-count@1 is installed but cannot be used: {error}"
 
 
 def test_a_plugin_without_hookimpl_is_reported_and_not_offered_for_install(install: Install) -> None:
@@ -235,12 +233,67 @@ def test_the_same_id_from_two_distributions_keeps_neither_and_names_both(install
     install("word-count-fork", environment(), {"fork": "word_count_fork"})
     registry = get_registry()
     assert registry.resolve("graph-coloring@1").spec.env_id.name == "graph-coloring"
-    assert [str(error) for error in registry.load_errors] == [
+    duplicate = (
         "environment word-count@1 is registered by nodus-env-word-count 0.1.0 and word-count-fork 0.1.0, so it is "
         "left out; uninstall all but one of them"
-    ]
-    with pytest.raises(UnknownEnvironment, match=r"; note: environment word-count@1 is registered by nodus-env"):
+    )
+    assert [str(error) for error in registry.load_errors] == [duplicate]
+    with pytest.raises(UnknownEnvironment) as raised:
         registry.resolve("word-count@1")
+    assert str(raised.value) == f"word-count@1 is installed but cannot be used: {duplicate}"
+
+
+def test_asking_for_an_id_left_out_gives_its_own_error_alone(install: Install) -> None:
+    # It led with "did you mean 'word-len'?" and then every other plugin's load error, in one "line".
+    broken_site(install)
+    install("nodus-env-word-len", environment(name="word-len"), {"word_len": "nodus_env_word_len"})
+    install("nodus-env-word-count", environment())
+    install("word-count-fork", environment(), {"fork": "word_count_fork"})
+    registry = get_registry()
+    assert len(registry.load_errors) == 4
+    for asked in ("word-count", "word-count@1"):
+        with pytest.raises(UnknownEnvironment) as raised:
+            registry.resolve(asked)
+        assert str(raised.value) == (
+            f"{asked} is installed but cannot be used: environment word-count@1 is registered by nodus-env-word-count "
+            "0.1.0 and word-count-fork 0.1.0, so it is left out; uninstall all but one of them"
+        )
+
+
+def test_an_abstract_class_is_left_out_when_it_loads(install: Install) -> None:
+    # It was listed by grpo envs, and grpo tasks and check then failed with a TypeError traceback.
+    source = environment(hook="") + (
+        "from abc import abstractmethod\n\n\n"
+        "class Unfinished(WordCount):\n    @abstractmethod\n    def grade(self, task, completion): ...\n\n\n"
+        "@hookimpl\ndef nodus_register_environments(register):\n    register(Unfinished)\n"
+    )
+    error = only_error(install, "nodus-env-word-count", source)
+    assert error == (
+        "plugin 'word_count' from nodus-env-word-count 0.1.0 registered Unfinished, which leaves abstract methods "
+        "unimplemented: grade; define each in the class, without @abstractmethod"
+    )
+    with pytest.raises(UnknownEnvironment) as raised:
+        get_registry().resolve("word-count@1")
+    assert str(raised.value) == f"word-count@1 is installed but cannot be used: {error}"
+
+
+def test_grpo_envs_json_shows_defaults_that_are_not_json_values(install: Install) -> None:
+    # One plugin's date default made grpo envs --json fail with a TypeError traceback for everyone.
+    source = environment(hook="") + (
+        "import datetime\n\n\n"
+        "class DatedParams(Params):\n"
+        "    start: datetime.date = datetime.date(2024, 1, 1)\n"
+        "    tags: frozenset[str] = frozenset({'b', 'a'})\n\n\n"
+        "class Dated(WordCount):\n    name = 'dated'\n    Params = DatedParams\n\n\n"
+        "@hookimpl\ndef nodus_register_environments(register):\n    register(Dated)\n"
+    )
+    install("nodus-env-dated", source)
+    result = CliRunner().invoke(cli, ["envs", "--json"])
+    assert result.exit_code == 0, result.output
+    (row,) = [row for row in json.loads(result.stdout) if row["id"] == "dated@1"]
+    parameters = row["parameters"]
+    assert (parameters["count"]["default"], parameters["start"]["default"]) == (4, "2024-01-01")
+    assert sorted(parameters["tags"]["default"]) == ["a", "b"]
 
 
 def test_two_distributions_may_use_the_same_entry_point_name(install: Install) -> None:
@@ -265,8 +318,11 @@ def test_two_entry_points_to_one_module_are_reported(install: Install) -> None:
 def broken_site(install: Install) -> None:
     typo = "@hookimpl\ndef nodus_register_environment(register):\n    pass\n"
     install("nodus-env-typo", environment(hook=typo), {"typo": "nodus_env_typo"})
-    bad_default = environment(count_field="Field(50, le=20)")
+    bad_default = environment(count_field="Field(50, le=20)", name="bad-default")
     install("nodus-env-bad-default", bad_default, {"bad_default": "nodus_env_bad_default"})
+    # A default of the wrong type made pydantic print a serializer warning on every command, whatever its env.
+    wrong_type = environment(count_field='Field("five")', name="wrong-type")
+    install("nodus-env-wrong-type", wrong_type, {"wrong_type": "nodus_env_wrong_type"})
 
 
 def test_grpo_envs_lists_the_healthy_and_warns_once_per_broken_plugin(install: Install, tmp_path: Path) -> None:
@@ -284,6 +340,9 @@ def test_grpo_envs_lists_the_healthy_and_warns_once_per_broken_plugin(install: I
         "warning: plugin 'bad_default' from nodus-env-bad-default 0.1.0 registered WordCount, whose Params default "
         "count=50 fails validation: Input should be less than or equal to 20; give every parameter a default "
         "within its own bounds",
+        "warning: plugin 'wrong_type' from nodus-env-wrong-type 0.1.0 registered WordCount, whose Params default "
+        "count='five' fails validation: Input should be a valid integer, unable to parse string as an integer; give "
+        "every parameter a default within its own bounds",
     ]
 
 
@@ -292,3 +351,33 @@ def test_grpo_tasks_of_a_healthy_environment_works_beside_broken_plugins(install
     result = CliRunner().invoke(cli, ["tasks", "--env", "graph-coloring@1", "--split", "heldout", "-n", "1"])
     assert result.exit_code == 0, result.output
     assert "Vertices: 0, 1, 2" in result.stdout
+
+
+def test_grpo_check_without_a_sandbox_warns_once(install: Install, tmp_path: Path) -> None:
+    # The sandbox's warning came once per batch graded: 7 lines for one check. (The jail cannot import a plugin from
+    # PYTHONPATH, so this runs with --sandbox none; test_cli has the sandbox's own grader-error lines.)
+    source = environment(hook="") + (
+        "class Raising(WordCount):\n"
+        "    def grade(self, task, completion):\n"
+        "        if not completion.strip():\n"
+        "            raise IndexError('list index out of range')\n"
+        "        return super().grade(task, completion)\n\n"
+        "    def mutations(self, task):\n"
+        "        return [str(task.data['n'] + 1)]\n\n\n"
+        "@hookimpl\ndef nodus_register_environments(register):\n    register(Raising)\n"
+    )
+    install("nodus-env-word-count", source)
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("grpo")), "check", "--env", "word-count@1", "--examples", "2", "--sandbox",
+         "none"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    assert result.returncode == 1, result.stderr
+    assert "FAIL grade_in_range_never_raises" in result.stdout and "raised IndexError: list index" in result.stdout
+    assert result.stderr.splitlines() == [
+        "warning: grading with --sandbox none: in this process, without isolation or limits other than wall time; "
+        "only for trusted graders"
+    ]

@@ -123,3 +123,14 @@ def test_a_broken_plugin_does_not_hide_the_others(tmp_path: Path, monkeypatch: p
         "(ImportError: boom); reinstall it or remove it with 'pip uninstall nodus-env-broken2'"
     )
     sys.modules.pop("nodus_env_broken2", None)
+
+
+def test_an_unknown_name_with_autoload_switched_off_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    # It said "nodus-env-graph-coloring 0.1.0 is installed but provides no 'graph-coloring' environment".
+    monkeypatch.setenv("NODUS_DISABLE_PLUGIN_AUTOLOAD", "1")
+    with pytest.raises(UnknownEnvironment) as error:
+        get_registry().resolve("graph-coloring@1")
+    assert str(error.value) == (
+        "no environment named 'graph-coloring' is registered; registered: none; NODUS_DISABLE_PLUGIN_AUTOLOAD is "
+        "set, so installed plugins are not loaded; unset it to use them"
+    )

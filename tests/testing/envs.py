@@ -144,3 +144,37 @@ class SetOrderParrot(Parrot):
 
     def prompt_text(self, task: Task) -> str:
         return f"Repeat {task.data['number']} ({task.data['word']})."
+
+
+GREEK = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta")
+
+
+class GreekSetOrderParrot(SetOrderParrot):
+    """PYTHONHASHSEED 0 and 1 both put "alpha" first of these: only more seeds catch it in every run."""
+
+    def generate(self, rng: random.Random) -> dict[str, Any]:
+        return {"number": rng.randrange(10**6), "word": list(set(GREEK))[0]}
+
+
+class CheckedOverScoringParrot(Parrot):
+    def grade(self, task: Task, completion: str) -> Grade:
+        if completion.count(str(task.data["number"])) > 1:  # a bonus per correct answer: Grade refuses 1.5
+            return Grade(score=1.5, passed=True, details="twice right")
+        return super().grade(task, completion)
+
+
+class ListParrot(Parrot):
+    def generate(self, rng: random.Random) -> dict[str, Any]:
+        return [rng.randrange(10**6)]  # type: ignore[return-value]
+
+
+class SlowToWarmUpParrot(Parrot):
+    """A warm_up slower than the sandbox's budget for preparing a grader (the tests shrink that budget)."""
+
+    def warm_up(self) -> None:
+        time.sleep(2)
+
+
+class BrokenWarmUpParrot(Parrot):
+    def warm_up(self) -> None:
+        raise ImportError("No module named 'big_library'")

@@ -57,3 +57,12 @@ def test_hostile_text_is_a_string_without_lone_surrogates(text: str) -> None:
 def test_every_near_miss_differs_from_the_reference(data: st.DataObject) -> None:
     miss = data.draw(near_miss("answer 123456"))
     assert miss != "answer 123456"
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_completions_of_an_environment_without_mutations_leave_them_out(data: st.DataObject) -> None:
+    # Environment.mutations only raises, saying to write one: the strategy must not call the inherited one.
+    env = envs.PlainParrot()
+    task = data.draw(tasks(env, count=2))
+    assert isinstance(data.draw(completions(env, task)), str)

@@ -2,9 +2,10 @@ from __future__ import annotations
 
 import pytest
 from nodus.core import Environment, Grade, Task
-from nodus.core.testing import GRADING_CHECKS, CheckReport, assert_conforms, run_checks, wall_time_limit
-from nodus.core.testing.outcomes import outcome_of
+from nodus.core.testing import GRADING_CHECKS, CheckReport, assert_conforms, determinism, run_checks, wall_time_limit
+from nodus.core.testing.outcomes import error_text, outcome_of
 from nodus.core.testing.probes import CHUNK, build_probes
+from pydantic import ValidationError
 
 from tests.testing import envs
 
@@ -33,6 +34,8 @@ def test_a_conforming_environment_passes_every_check() -> None:
         (envs.HashSeededParrot(), "deterministic_generation", "PYTHONHASHSEED=0 and 1 in two subprocesses gave"),
         # picks list(set_of_words)[0]: seeds 0 and 4242 agree on it, 0 and 1 do not; fixed seeds, so every run
         (envs.SetOrderParrot(), "deterministic_generation", "PYTHONHASHSEED=0 and 1 in two subprocesses gave"),
+        (envs.CheckedOverScoringParrot(), "grade_in_range_never_raises", "reference_twice '95180\\n95180': raised "
+         "ValidationError: Grade: score: Input should be less than or equal to 1 (got 1.5)"),
         (envs.IntKeyParrot(), "task_data_survives_json", "data['digits'] has the int key 0, which JSON turns into"),
         (envs.RaisingParrot(), "grade_in_range_never_raises", "raised ValueError: cannot handle NUL"),
         (envs.ExitingParrot(), "grade_in_range_never_raises", "raised SystemExit: 3"),
@@ -44,7 +47,9 @@ def test_a_conforming_environment_passes_every_check() -> None:
         (envs.SlowParrot(), "grade_within_time_limit", "timed out at the 0.05 s wall-time limit"),
         (envs.HangingParrot(), "grade_within_time_limit", "timed out at the 0.2 s wall-time limit"),
         (envs.TypoLimitsParrot(), "grade_within_time_limit", "wal_time_s: Extra inputs are not permitted"),
-        (envs.PlainParrot(), "mutations_score_below_1", "no mutations(task) -> list[str] method"),
+        (envs.PlainParrot(), "mutations_score_below_1", "the environment has no mutations(task) method; add one "
+         "returning wrong-but-close completions that must score below 1, e.g. def mutations(self, task): return "
+         "[str(task.data['answer'] + 1)]"),
         (envs.ForgetfulParrot(), "mutations_score_below_1", "returned no completions"),
     ],
     ids=lambda value: type(value).__name__ if isinstance(value, Environment) else "",
@@ -56,6 +61,56 @@ def test_each_broken_property_fails_its_own_row_with_a_counterexample(
     assert failing(report) == [broken]
     counterexample = report.row(broken).counterexample
     assert counterexample is not None and evidence in counterexample, counterexample
+
+
+def test_a_difference_between_processes_names_the_field_and_the_usual_causes() -> None:
+    # It said only "PYTHONHASHSEED=0 and 1 in two subprocesses gave different tasks", and the author had to hunt.
+    counterexample = run_checks(envs.SetOrderParrot(), examples=2).row("deterministic_generation").counterexample
+    assert counterexample == (
+        "seed 42: PYTHONHASHSEED=0 and 1 in two subprocesses gave different tasks, first at task train-42-0 (draw 0) "
+        "data['word']: 'alpha' vs 'echo'; the usual causes are iterating over a set (sort it first, or use a list) "
+        "and hash() of a str (use hashlib)"
+    )
+
+
+def test_a_set_pick_that_hash_seeds_0_and_1_agree_on_is_caught_in_every_run() -> None:
+    # PYTHONHASHSEED 0 and 1 both put "alpha" first of the eight Greek letters: with only those two seeds, the
+    # check caught it only when this process's random seed happened to differ.
+    rows = determinism.rows_in_subprocesses(envs.GreekSetOrderParrot(), 42, 1)
+    assert len({determinism.digest(seed_rows) for seed_rows in rows.values()}) > 1
+    counterexample = run_checks(envs.GreekSetOrderParrot(), examples=2).row("deterministic_generation").counterexample
+    assert "in two subprocesses gave different tasks, first at task train-42-0 (draw 0) data['word']: 'alpha' vs" in (
+        counterexample or ""
+    )
+
+
+def test_a_validation_error_says_which_field_broke_which_rule() -> None:
+    with pytest.raises(ValidationError) as raised:
+        Grade(score=1.5, passed=True, details="")
+    expected = "ValidationError: Grade: score: Input should be less than or equal to 1 (got 1.5)"
+    assert error_text(raised.value) == expected
+
+
+def test_a_warm_up_the_sandbox_would_not_wait_for_fails_in_process_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    # It passed here (pytest) and then failed `grpo check` minutes later, as a hung worker, naming the wall time.
+    from nodus.core.testing import outcomes
+    from nodus.sandbox.worker import PREPARE_TOO_SLOW
+
+    monkeypatch.setattr(outcomes, "PREPARE_LIMIT_S", 0.3)  # the sandbox's 12 s, shrunk for the test
+    row = run_checks(envs.SlowToWarmUpParrot(), examples=2).row("reference_scores_1")
+    assert not row.passed and PREPARE_TOO_SLOW in str(row.counterexample)
+    broken = run_checks(envs.BrokenWarmUpParrot(), examples=2).row("reference_scores_1")
+    assert not broken.passed and "warm_up() raised ImportError: No module named 'big_library'" in str(
+        broken.counterexample
+    )
+
+
+def test_generate_returning_a_list_fails_generation_saying_so() -> None:
+    row = run_checks(envs.ListParrot(), examples=2).row("deterministic_generation")
+    assert row.counterexample == (
+        "seed 42: generation raised TaskGenerationError: ListParrot.generate() returned a list, not a dict; return "
+        "the task's data as a dict of JSON values, e.g. {'numbers': [3, 1, 2]}"
+    )
 
 
 def test_a_gullible_grader_fails_the_mutation_check_on_a_named_task() -> None:
@@ -101,8 +156,14 @@ def test_a_grade_fn_that_raises_fails_the_grading_rows_without_raising() -> None
         raise ConnectionError("pool is down")
 
     report = run_checks(envs.Parrot(), examples=2, grade_fn=broken)
-    assert failing(report) == ["reference_scores_1", "mutations_score_below_1", "grade_in_range_never_raises"]
+    assert failing(report) == [
+        "reference_scores_1", "mutations_score_below_1", "grade_in_range_never_raises", "grade_deterministic"
+    ]
     assert "grade_fn raised ConnectionError: pool is down" in (report.row("reference_scores_1").counterexample or "")
+    # Nothing graded cleanly, so nothing was regraded: that is not "ok ... 0 examples".
+    assert report.row("grade_deterministic").counterexample == (
+        "not run: every completion raised, timed out or met an infrastructure failure, so none was regraded"
+    )
 
 
 def test_the_machines_failures_are_excused_for_hostile_input_but_never_pass_a_reference() -> None:
@@ -111,7 +172,7 @@ def test_the_machines_failures_are_excused_for_hostile_input_but_never_pass_a_re
         return [{"status": "infrastructure_failure", "reason": "sandbox_start_failed", "details": details}] * len(pairs)
 
     report = run_checks(envs.Parrot(), examples=2, grade_fn=down)
-    assert failing(report) == ["reference_scores_1", "mutations_score_below_1"]
+    assert failing(report) == ["reference_scores_1", "mutations_score_below_1", "grade_deterministic"]
     assert report.row("reference_scores_1").counterexample == (
         "task train-42-0, reference '95180': "
         "infrastructure failure, not the grader's (sandbox_start_failed): nsjail could not start a jail"
@@ -127,7 +188,9 @@ def test_a_grader_error_in_the_sandbox_fails_the_range_row_even_when_it_is_every
         return [reply] * len(pairs)
 
     report = run_checks(envs.Parrot(), examples=2, grade_fn=raising)
-    assert failing(report) == ["reference_scores_1", "mutations_score_below_1", "grade_in_range_never_raises"]
+    assert failing(report) == [
+        "reference_scores_1", "mutations_score_below_1", "grade_in_range_never_raises", "grade_deterministic"
+    ]
     assert report.row("grade_in_range_never_raises").counterexample == (
         "task train-42-0, reference '95180': raised ZeroDivisionError: x"
     )
