@@ -35,14 +35,19 @@ CGROUP_PARENT = "NSJAIL"
 # Deny what a grader never needs and an escape usually does.  ERRNO rather than KILL so that a
 # completion probing these gets a clean EPERM and the grade reflects its output, not a SIGSYS.
 #  - clone with CLONE_NEWUSER/NEWNS/NEWPID/NEWNET/NEWIPC/NEWUTS/NEWCGROUP (0x7E020000): no nested
-#    namespaces; clone3 hides its flags in memory, so it answers ENOSYS and libc falls back to clone.
+#    namespaces; nor CLONE_PARENT (0x8000), whose children the zygote would inherit and never reap (their
+#    zombies used up the next jobs' process limit); clone3 hides its flags in memory, so it answers ENOSYS and
+#    libc falls back to clone.
 #  - kill with pid <= 0 (low 32 bits 0 or negative): kill(-1)/kill(0) would hit the worker's zygote
 #    and the job's grader; killing a specific pid stays allowed (programs manage their children).
 #  - reaching the worker (pid 1) or its zygote (pid 2, the worker's first child) from a completion: a signal
 #    (SIGINT raised KeyboardInterrupt in the worker, SIGSTOP froze the zygote so that every later completion
 #    scored 0), other processes' rlimits (RLIMIT_NOFILE on the worker turned a failing completion into an
-#    infrastructure failure, so its sample was dropped instead of scored 0), priority or CPU affinity. Signal 0
-#    (is it alive?) stays allowed: the worker asks it of the zygote. Lowering one's own limits (pid 0) stays too.
+#    infrastructure failure, so its sample was dropped instead of scored 0), priority, CPU affinity or I/O
+#    priority. Signal 0 (is it alive?) stays allowed: the worker asks it of the zygote. Lowering one's own limits
+#    (pid 0) stays too. Signals by other routes: a pidfd (pidfd_open, or a /proc/<pid> directory opened as one, for
+#    pidfd_send_signal) and signal-driven I/O aimed at a process (fcntl F_SETOWN/F_SETOWN_EX, ioctl FIOSETOWN and
+#    SIOCSPGRP) are denied outright; programs that are graded do not use them.
 SECCOMP_POLICY = """
 POLICY nodus_grading {
   ERRNO(1) {
@@ -53,9 +58,9 @@ POLICY nodus_grading {
     keyctl, add_key, request_key, bpf, perf_event_open, userfaultfd,
     open_by_handle_at, name_to_handle_at, kexec_load, init_module, finit_module, delete_module,
     swapon, swapoff, acct, reboot, sethostname, setdomainname, settimeofday, clock_settime,
-    mq_open, mq_unlink
+    mq_open, mq_unlink, pidfd_send_signal, pidfd_getfd
   },
-  ERRNO(1) { clone { (clone_flags & 0x7e020000) != 0 } },
+  ERRNO(1) { clone { (clone_flags & 0x7e028000) != 0 } },
   ERRNO(1) { kill { (pid & 0xffffffff) == 0, (pid & 0x80000000) != 0 } },
   ERRNO(1) {
     kill(target, signal) { ((target & 0xffffffff) == 1 || (target & 0xffffffff) == 2) && signal != 0 },
@@ -69,7 +74,10 @@ POLICY nodus_grading {
     sched_setaffinity(target, size, mask) { (target & 0xffffffff) == 1, (target & 0xffffffff) == 2 },
     sched_setscheduler(target, policy, param) { (target & 0xffffffff) == 1, (target & 0xffffffff) == 2 },
     sched_setparam(target, param) { (target & 0xffffffff) == 1, (target & 0xffffffff) == 2 },
-    sched_setattr(target, attr, flags) { (target & 0xffffffff) == 1, (target & 0xffffffff) == 2 }
+    sched_setattr(target, attr, flags) { (target & 0xffffffff) == 1, (target & 0xffffffff) == 2 },
+    ioprio_set(which, who, priority) { which != 1, (who & 0xffffffff) == 1, (who & 0xffffffff) == 2 },
+    fcntl(fd, command, argument) { command == 8, command == 15 },
+    ioctl(fd, request, argument) { (request & 0xffffffff) == 0x8901, (request & 0xffffffff) == 0x8902 }
   },
   ERRNO(38) { clone3 }
 }

@@ -36,6 +36,11 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 MEMORY_ERROR_MARK = "MemoryError"
+# Math and data libraries start a thread per core unless told otherwise; a completion gets one each.
+THREAD_POOL_VARIABLES = (
+    "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
+    "RAYON_NUM_THREADS", "NUMBA_NUM_THREADS",
+)
 _MAX_REQUEST_BYTES = 16 * 1024 * 1024
 
 # Set inside a worker by install_zygote(); inherited by forked job children.
@@ -112,7 +117,7 @@ def _completion_main(request_fd: int) -> NoReturn:
         os.environ["PYTHONHASHSEED"] = "0"
         # One thread per math library: OpenBLAS starts a thread per core when numpy is imported, which the
         # completion's process and memory limits refuse, so a correct solution that imports numpy crashed.
-        os.environ.update({name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")})
+        os.environ.update({name: "1" for name in THREAD_POOL_VARIABLES})
         sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
         sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="replace")
         sys.stderr = io.TextIOWrapper(

@@ -251,7 +251,7 @@ def test_the_worker_and_its_zygote_are_out_of_reach(isolated_pool: GraderPool) -
     # became an infrastructure failure (its sample dropped) instead of a 0.
     replaced = isolated_pool.stats.workers_replaced
     assert_blocked(isolated_pool, """
-        import os, resource, signal
+        import ctypes, fcntl, os, platform, resource, signal, time
         zygote = os.getppid()
         attacks = {
             "stop the zygote": lambda: os.kill(zygote, signal.SIGSTOP),
@@ -262,6 +262,9 @@ def test_the_worker_and_its_zygote_are_out_of_reach(isolated_pool: GraderPool) -
             "renice the user": lambda: os.setpriority(os.PRIO_USER, 0, 19),
             "pin the zygote": lambda: os.sched_setaffinity(zygote, {0}),
             "pidfd of the zygote": lambda: os.pidfd_open(zygote),
+            # /proc/<pid> opened as a directory is a pidfd too.
+            "signal through /proc": lambda: signal.pidfd_send_signal(os.open(f"/proc/{zygote}", os.O_RDONLY), 19),
+            "signal-driven I/O": lambda: fcntl.fcntl(os.pipe()[0], fcntl.F_SETOWN, zygote),
         }
         worked = []
         for name, attack in attacks.items():
@@ -270,6 +273,20 @@ def test_the_worker_and_its_zygote_are_out_of_reach(isolated_pool: GraderPool) -
                 worked.append(name)
             except PermissionError:
                 pass
+        # A child handed to the zygote (CLONE_PARENT | SIGCHLD): it never reaps it, so zombies filled the process limit.
+        clone = {"x86_64": 56, "aarch64": 220}[platform.machine()]
+        child = ctypes.CDLL(None, use_errno=True).syscall(clone, 0x8000 | 17, 0, 0, 0, 0)
+        if child == 0:
+            os._exit(0)
+        if child > 0:
+            worked.append("clone parent")
+        # SIGINT to every process it can see: the job that grades it raised KeyboardInterrupt, a grader error.
+        for pid in [int(name) for name in os.listdir("/proc") if name.isdigit() and int(name) != os.getpid()]:
+            try:
+                os.kill(pid, signal.SIGINT)
+            except OSError:
+                pass
+        time.sleep(0.1)
         resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))  # its own limits: still allowed
         print("blocked" if not worked else worked)
     """)
