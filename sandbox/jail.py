@@ -297,7 +297,8 @@ def check_sandbox_available(nsjail_path: str | os.PathLike[str] | None = None, t
     if run.returncode != 0 and b"No module named" in run.stderr:
         # The jail started; Python in it cannot import nodus (or what it imports), so the fix is the install.
         raise SandboxUnavailable(
-            f"the sandbox started but its Python could not import nodus ({_last_nsjail_error(run.stderr)})",
+            f"the sandbox started but its Python could not import nodus or a module it needs "
+            f"({_last_nsjail_error(run.stderr)})",
             f"install nodus into {sys.prefix} (pip install nodus, or pip install -e for a checkout): the jail "
             "mounts this interpreter's site-packages and the editable installs in it, not PYTHONPATH or the user "
             "site",

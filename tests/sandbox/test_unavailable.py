@@ -57,10 +57,10 @@ def test_a_jail_whose_python_cannot_import_nodus_says_where_to_install_it(tmp_pa
     with pytest.raises(SandboxUnavailable) as excinfo:
         check_sandbox_available(fake)
     assert str(excinfo.value) == (
-        "nodus sandbox unavailable: the sandbox started but its Python could not import nodus (ModuleNotFoundError: "
-        f"No module named 'nodus'). Fix: install nodus into {sys.prefix} (pip install nodus, or pip install -e for a "
-        "checkout): the jail mounts this interpreter's site-packages and the editable installs in it, not "
-        "PYTHONPATH or the user site"
+        "nodus sandbox unavailable: the sandbox started but its Python could not import nodus or a module it needs "
+        f"(ModuleNotFoundError: No module named 'nodus'). Fix: install nodus into {sys.prefix} (pip install nodus, "
+        "or pip install -e for a checkout): the jail mounts this interpreter's site-packages and the editable "
+        "installs in it, not PYTHONPATH or the user site"
     )
 
 
