@@ -798,8 +798,11 @@ def save_trained_weights(trainer: Any, tokenizer: Any, run: RunDir, ranks: Ranks
     ranks.barrier()
 
 
-# What a checkpoint holds to resume training, beside the weights and the tokenizer that adapter/ keeps.
-TRAINING_STATE_FILES = {"optimizer.pt", "scheduler.pt", "trainer_state.json", "training_args.bin", "COMPLETE.json"}
+# What adapter/ keeps of a checkpoint: the weights, their configs, the tokenizer and the model card. The rest is state
+# for resuming: the optimizer (optimizer.pt, or FSDP's optimizer.bin and its shards: a full model's worth of fp32
+# moments), FSDP's own model file, the schedule, random states and the trainer's records.
+WEIGHT_FILE_SUFFIXES = (".safetensors", ".json", ".jinja", ".txt", ".model", ".md")
+TRAINING_STATE_FILES = {"trainer_state.json", "COMPLETE.json"}
 
 
 def save_checkpoint_weights(checkpoint: Path, run: RunDir, ranks: Ranks) -> None:
@@ -809,8 +812,7 @@ def save_checkpoint_weights(checkpoint: Path, run: RunDir, ranks: Ranks) -> None
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
         for path in checkpoint.iterdir():
-            # Folders are FSDP's optimizer and model shards; rng_state*.pth are each process's random state.
-            if path.is_file() and path.name not in TRAINING_STATE_FILES and not path.name.startswith("rng_state"):
+            if path.is_file() and path.name.endswith(WEIGHT_FILE_SUFFIXES) and path.name not in TRAINING_STATE_FILES:
                 shutil.copy2(path, staging / path.name)
         shutil.rmtree(run.adapter, ignore_errors=True)
         staging.rename(run.adapter)

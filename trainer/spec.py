@@ -463,6 +463,7 @@ TRL_FIELDS_OWNED = {
     "save_total_limit": "nodus (checkpoints every saveSteps are how a run resumes)",
     # TRL is given no eval dataset (it failed after the baseline evaluation): held-out tasks are nodus' own.
     "eval_strategy": "nodus (the baseline and final evaluations on the held-out tasks)",
+    "eval_on_start": "nodus (the baseline and final evaluations on the held-out tasks)",
 }
 
 

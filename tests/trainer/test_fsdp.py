@@ -98,7 +98,10 @@ def test_two_fsdp_processes_train_save_a_loadable_adapter_and_resume(tiny_model:
     assert finished["final"]["scored"] == 8
     saved = load_file(out / "checkpoints" / "checkpoint-2" / "adapter_model.safetensors")
     assert load_file(out / "adapter" / "adapter_model.safetensors").keys() == saved.keys()
-    assert not (out / "adapter" / "optimizer.pt").exists()
+    left_out = {"optimizer.bin", "pytorch_model_fsdp.bin", "scheduler.pt", "trainer_state.json", "COMPLETE.json"}
+    assert left_out <= {path.name for path in (out / "checkpoints" / "checkpoint-2").iterdir()}, "the test's premise"
+    kept = {path.name for path in (out / "adapter").iterdir()}
+    assert {"adapter_model.safetensors", "adapter_config.json", "tokenizer.json"} <= kept and not kept & left_out
 
 
 @pytest.mark.parametrize(

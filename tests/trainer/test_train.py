@@ -30,8 +30,9 @@ TOY = [
 ]
 
 
-def grpo(*args: str | Path, timeout: int = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([GRPO, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+def grpo(*args: str | Path, timeout: int = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environment = {**os.environ, **env} if env else None
+    return subprocess.run([GRPO, *map(str, args)], capture_output=True, text=True, timeout=timeout, env=environment)
 
 
 def stop_when(args: list[str], ready: Callable[[], bool], signum: int, never: str) -> str:
@@ -133,18 +134,19 @@ def test_kill_9_then_rerun_resumes_and_reuses_the_baseline(tiny_model: Path, tmp
 
 
 def test_a_run_that_fails_or_is_interrupted_says_so_in_results_json(tiny_model: Path, tmp_path: Path) -> None:
-    # Pushing to the Hugging Face Hub, which this machine cannot reach: TRL creates the repository when it builds the
-    # trainer, after the baseline. The run is recorded as failed, with the error. (A missing optimizer package, used
-    # here before, is now refused before any work.)
+    # Pushing to the Hugging Face Hub in offline mode: TRL creates the repository when it builds the trainer, after the
+    # baseline, and huggingface_hub refuses (offline, so it can never push from a machine that has the Hub and a
+    # token). The run is recorded as failed, with the error. (A missing optimizer package, used here before, is now
+    # refused before any work.)
     failing = tmp_path / "failing"
-    hub = "push_to_hub=true"
-    result = grpo("train", "--model", tiny_model, *TOY, "--max-steps", "2", "--trl", hub, "--output", failing)
+    args = ["train", "--model", tiny_model, *TOY, "--max-steps", "2", "--trl", "push_to_hub=true", "--output", failing]
+    result = grpo(*args, env={"HF_HUB_OFFLINE": "1"})
     assert result.returncode != 0
     assert f"run failed; recorded in {failing / 'results.json'}" in result.stderr
     assert "to continue from the start of training (no checkpoint yet)" in result.stderr
     record = json.loads((failing / "results.json").read_text())
     assert record["status"] == "failed"
-    assert record["error"].startswith("ConnectError: "), record["error"]
+    assert record["error"].startswith("OfflineModeIsEnabled: "), record["error"]
     assert record["baseline"]["meanScore"] == 0.0 and record["training"]["lastCheckpoint"] is None
 
     # Ctrl-C after the first checkpoint: status interrupted, and the same command continues from the checkpoint.
