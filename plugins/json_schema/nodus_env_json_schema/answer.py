@@ -8,7 +8,7 @@ import json
 import re
 from typing import Any
 
-_FENCED = re.compile(r"```[a-zA-Z]*[ \t]*\n(.*?)```", re.DOTALL)
+_FENCED = re.compile(r"```([a-zA-Z]*)[ \t]*\n(.*?)```", re.DOTALL)
 MAX_STARTS = 200  # bounded: a hostile completion of 10^5 brackets must not cost 10^5 parse attempts
 
 
@@ -39,19 +39,37 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 _DECODER = json.JSONDecoder(parse_constant=_no_constant, object_pairs_hook=_unique_keys)
 
 
+def _starts_a_value(text: str, start: int) -> bool:
+    try:
+        _DECODER.raw_decode(text, start)
+    except _NotJson:
+        return True  # NaN or a duplicate key: a value all the same
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
 def extract_json(completion: str) -> tuple[Any, str]:
     """(value, where it was found); raises :class:`NoJson` with the reason."""
-    blocks = [match.group(1) for match in _FENCED.finditer(completion)]
+    blocks = [(match.group(1), match.group(2)) for match in _FENCED.finditer(completion)]
     errors = []
-    for block in reversed(blocks):
+    for tag, block in reversed(blocks):
         try:
             return _DECODER.decode(block), "fenced block"
         except _NotJson as error:
             raise NoJson(f"the fenced block is not valid JSON ({error})") from None
         except json.JSONDecodeError as error:
-            if error.msg == "Extra data":  # a value and more: which one is the answer is not ours to guess
+            # A value and more. When the more is a second value, which one is the answer is not ours to guess;
+            # a json block must hold its value alone. Any other block may be text that starts like a number or
+            # a string (200 OK, 1. validate, "python" script.py): not JSON, skipped as any other.
+            if error.msg == "Extra data" and _starts_a_value(block, error.pos):
                 raise NoJson(
                     f"the fenced block holds more than one JSON value (the second at line {error.lineno}"
+                    f" column {error.colno})"
+                ) from None
+            if error.msg == "Extra data" and tag.lower() == "json":
+                raise NoJson(
+                    f"the json block holds more than a JSON value (text after it at line {error.lineno}"
                     f" column {error.colno})"
                 ) from None
             errors.append(str(error)[:80])

@@ -17,7 +17,13 @@ import jsonschema
 from nodus.core.errors import NodusError
 
 from nodus_env_json_schema.synthesis import CannotSynthesise, synthesise
-from nodus_env_json_schema.validation import FORMAT_PACKAGES, unchecked_formats, validator_for, violations
+from nodus_env_json_schema.validation import (
+    FORMAT_EXTRA,
+    FORMAT_PACKAGES,
+    unchecked_formats,
+    validator_for,
+    violations,
+)
 
 FORMAT_HINT = (
     'each line must be {"prompt": "...", "schema": {...}, "expected": {"/json/pointer": value, ...}} '
@@ -74,7 +80,7 @@ def parse_record(where: str, line: str) -> dict[str, Any]:
         if package:
             raise DataFileError(
                 f"{where}: format {name!r} cannot be checked without the {package} package; "
-                f"pip install {package}, or remove the format"
+                f"pip install '{FORMAT_EXTRA}' (it brings {package}), or remove the format"
             )
         raise DataFileError(
             f"{where}: format {name!r} is not one jsonschema can check in this schema's dialect; "

@@ -1,5 +1,7 @@
 import hashlib
+import importlib.metadata
 import json
+import re
 from pathlib import Path
 
 import jsonschema
@@ -129,7 +131,9 @@ def test_generated_tasks_have_no_format_and_their_references_pass_the_stricter_v
         validator_for(task.data["schema"]).validate(task.data["reference"])
 
 
-def test_formats_are_checked_and_one_that_cannot_be_is_refused_at_load_time(tmp_path: Path) -> None:
+def test_formats_are_checked_and_one_that_cannot_be_is_refused_at_load_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     checked = {
         "type": "object",
         "properties": {"email": {"type": "string", "format": "email"}, "ip": {"type": "string", "format": "ipv4"}},
@@ -146,17 +150,31 @@ def test_formats_are_checked_and_one_that_cannot_be_is_refused_at_load_time(tmp_
     assert (
         not grade.passed and "'not an email' is not a 'email'" in grade.details and "is not a 'ipv4'" in grade.details
     )
-    # A format jsonschema cannot check here would accept anything: the file is refused, naming what to do.
-    missing = next((name for name in FORMAT_PACKAGES if unchecked_formats({"format": name})), None)
-    cases = {"phone": r"t.jsonl:2: format 'phone' is not one jsonschema can check in this schema's dialect"}
-    if missing:
-        cases[missing] = rf"t.jsonl:2: format '{missing}' cannot be checked without the {FORMAT_PACKAGES[missing]} "
+    # A format jsonschema cannot check here would accept anything: the file is refused, naming what to do. The
+    # plugin's dependencies check uri; without rfc3986-validator jsonschema has no checker for it, as here.
+    monkeypatch.delitem(jsonschema.Draft202012Validator.FORMAT_CHECKER.checkers, "uri")
+    cases = {
+        "phone": r"t.jsonl:2: format 'phone' is not one jsonschema can check in this schema's dialect",
+        "uri": re.escape(
+            "t.jsonl:2: format 'uri' cannot be checked without the rfc3986-validator package; "
+            "pip install 'jsonschema[format-nongpl]' (it brings rfc3986-validator), or remove the format"
+        ),
+    }
     for name, message in cases.items():
         schema = {"type": "object", "properties": {"x": {"type": "string", "format": name}}}
         bad = {"prompt": "p", "schema": schema, "reference": {}}
         with pytest.raises(DataFileError, match=message) as raised:
             JsonSchema({"data": write_jsonl(tmp_path / "t.jsonl", [records[0], bad])}).tasks("train", 0, 1)
         assert "\n" not in str(raised.value)
+
+
+def test_the_packages_named_for_missing_formats_are_the_nongpl_extras() -> None:
+    # jsonschema checks uri and iri with rfc3987 too, but that one is GPL: the plugin depends on format-nongpl.
+    requirements = importlib.metadata.requires("jsonschema") or []
+    nongpl = {re.split("[ ;<>=!]", line)[0] for line in requirements if "extra == 'format-nongpl'" in line}
+    assert set(FORMAT_PACKAGES.values()) <= nongpl, set(FORMAT_PACKAGES.values()) - nongpl
+    assert "rfc3987" not in FORMAT_PACKAGES.values()
+    assert FORMAT_PACKAGES["uri"] == "rfc3986-validator" and FORMAT_PACKAGES["iri"] == "rfc3987-syntax"
 
 
 def test_the_formats_data_files_use_most_are_checkable_with_the_plugins_dependencies() -> None:

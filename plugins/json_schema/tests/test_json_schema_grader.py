@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from nodus.core import Task
 from nodus_env_json_schema import JsonSchema
 from nodus_env_json_schema.answer import NoJson, extract_json
-from nodus_env_json_schema.validation import ecma_end_anchors
+from nodus_env_json_schema.validation import ecma_end_anchors, validator_for, violations
 
 ENV = JsonSchema()
 TASKS = ENV.tasks("heldout", 42, 16)
@@ -153,6 +153,92 @@ def test_what_only_python_reads_as_json_is_refused(completion: str, reason: str)
     assert reason in str(raised.value)
     grade = ENV.grade(task_for({"/n": 1, "/ok": True}), completion)
     assert grade.score == 0.0 and reason in grade.details, grade.details
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        'Here:\n```json\n{"n": 1, "ok": true}\n```\nOutput of the API:\n```\n200 OK\n```',
+        'Here:\n```json\n{"n": 1, "ok": true}\n```\nRun it:\n```\n"python" script.py\n```',
+        'Here:\n```json\n{"n": 1, "ok": true}\n```\nSteps:\n```\n1. validate\n2. send\n```',
+        'Here:\n```json\n{"n": 1, "ok": true}\n```\nThen:\n```bash\n"$EDITOR" answer.json\n```',
+    ],
+)
+def test_a_block_that_only_starts_like_json_is_skipped_not_a_second_value(completion: str) -> None:
+    # The "Extra data" refusal refused the whole answer for any such block after a correct json block.
+    assert extract_json(completion) == ({"n": 1, "ok": True}, "fenced block")
+    assert ENV.grade(task_for({"/n": 1, "/ok": True}), completion).passed
+
+
+@pytest.mark.parametrize(
+    ("completion", "reason"),
+    [
+        ('```\n{"label": "ru"} {"label": "zz"}\n```', "the fenced block holds more than one JSON value"),
+        ('```text\n{"label": "ru"}\n{"label": "zz"}\n```', "the fenced block holds more than one JSON value"),
+        ('```\n{"label": "ru"}\n{"label": NaN}\n```', "the fenced block holds more than one JSON value"),
+        ('```\n"ru" "zz"\n```', "the fenced block holds more than one JSON value"),
+        ('```json\n{"label": "ru"} or maybe zz\n```', "the json block holds more than a JSON value (text after it"),
+        ('```JSON\n{"label": "ru"}\nOK, done\n```', "the json block holds more than a JSON value (text after it"),
+        # the refused block is the last one: an earlier correct one does not stand in for it
+        ('```json\n{"label": "ru"}\n```\n```\n{"label": "ru"} {"label": "zz"}\n```', "more than one JSON value"),
+    ],
+)
+def test_a_second_value_or_a_json_block_with_text_after_its_value_is_refused(completion: str, reason: str) -> None:
+    with pytest.raises(NoJson) as raised:
+        extract_json(completion)
+    assert reason in str(raised.value)
+
+
+def test_a_string_a_format_checker_fails_on_is_a_violation_not_a_crash() -> None:
+    # jsonschema's relative-json-pointer checker calls int("²") ("²".isdigit() is true) and its ValueError
+    # escaped grade(): the grader crashed and the sample was dropped as an infrastructure failure.
+    schema = {
+        "type": "object",
+        "properties": {"ptr": {"type": "string", "format": "relative-json-pointer"}},
+        "required": ["ptr"],
+    }
+    task = task_for({}).model_copy(update={"data": {**task_for({}).data, "schema": schema}})
+    for pointer in ("1/a", "0#", "0", "12/ü/0"):
+        assert ENV.grade(task, f'```json\n{{"ptr": "{pointer}"}}\n```').passed, pointer
+    for pointer in ("²1", "0²", "①#", "²#", "١/a", "１２/a", "01/a", "x"):  # "①#" and "١/a" passed
+        grade = ENV.grade(task, json.dumps({"ptr": pointer}))
+        assert grade.score == 0.0 and f"at /ptr: {pointer!r} is not a 'relative-json-pointer'" in grade.details
+    regex = validator_for({"format": "regex"})  # re.compile raises OverflowError, not re.error, on this one
+    assert violations(regex, {}, "a{1,99999999999}") == ["at /: 'a{1,99999999999}' is not a 'regex'"]
+
+
+@pytest.mark.parametrize(
+    ("name", "valid", "other_digits"),
+    [
+        ("uuid", "12345678-1234-5678-1234-567812345678", "١٢٣٤٥٦٧٨-١٢٣٤-٥٦٧٨-١٢٣٤-٥٦٧٨١٢٣٤٥٦٧٨"),
+        ("hostname", "a1.example.com", "a١.example.com"),
+        ("date", "2024-01-31", "٢٠٢٤-٠١-٣١"),
+    ],
+)
+def test_formats_with_an_ascii_grammar_take_only_ascii_digits(name: str, valid: str, other_digits: str) -> None:
+    validator = validator_for({"format": name})
+    assert violations(validator, {}, valid) == []
+    assert violations(validator, {}, other_digits) == [f"at /: {other_digits!r} is not a {name!r}"]
+
+
+HOSTILE = ["²1", "①#", "0²/a", "٣", "\x00", "\ud800", "a\u0300", "ﬀ", "%", "xn--", "..", "http://[::1", "P1.5.5Y"]
+HOSTILE += ["2024-13-45T99:99:99Z", "a{1,99999999999}", "{x:9", "", "{" * 50, "1" * 400, "PT1" + "0" * 400 + "S"]
+
+
+@pytest.mark.parametrize("dialect", ["draft3", "draft4", "draft6", "draft7", "draft2019-09", "draft2020-12"])
+def test_no_format_checker_raises_on_any_string(dialect: str) -> None:
+    cls = {
+        "draft3": jsonschema.Draft3Validator,
+        "draft4": jsonschema.Draft4Validator,
+        "draft6": jsonschema.Draft6Validator,
+        "draft7": jsonschema.Draft7Validator,
+        "draft2019-09": jsonschema.Draft201909Validator,
+        "draft2020-12": jsonschema.Draft202012Validator,
+    }[dialect]
+    for name in cls.FORMAT_CHECKER.checkers:
+        validator = validator_for({"$schema": cls.META_SCHEMA["$schema"], "format": name})
+        for text in HOSTILE:
+            violations(validator, {}, text)  # raises nothing
 
 
 @pytest.mark.parametrize(
