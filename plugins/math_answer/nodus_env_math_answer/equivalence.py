@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from nodus_env_math_answer.extract import without_units
+from nodus_env_math_answer.extract import value_changing_words, without_units
 
 # Our own guard replaces math-verify's; silence its one-time "timeout is disabled" warning.
 logging.getLogger("math_verify").setLevel(logging.ERROR)
@@ -82,6 +82,9 @@ def _decide(gold: str, answer: str) -> tuple[bool | None, str]:
         same = _plain(gold) == _plain(answer)
         return same, f"{answer[:60]!r} {'matches' if same else 'does not match'} the expected answer as text"
     number = _is_number(parsed_gold[0])
+    changing = value_changing_words(answer) if number else []
+    if changing:  # "13 dozen", "13 is wrong", "13 at most": math-verify would read some of them as plain 13
+        return False, f"{answer[:60]!r} is not a number alone: {' '.join(changing)!r} changes or qualifies it"
     parsed_answer = _parse(without_units(answer) if number else answer)  # "13 points" is 13 when 13 is expected
     if not parsed_answer:
         return None, f"the answer {answer[:60]!r} cannot be read as a number or expression"

@@ -16,12 +16,30 @@ _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
 _BOXED = re.compile(r"\\(?:boxed|fbox) ?\{")
 # A plain word, not a LaTeX command (the "frac" of \frac) nor a single-letter variable.
 _WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}(?![A-Za-z])")
-_TRAILING_WORDS = re.compile(r"(?<=[\d}$])(?:[ \t]+[A-Za-z]{2,})+$")
-# Words after a number that change its value, so they are not units: "13 thousand", "13 or more", "3 pi".
-NOT_UNITS = frozenset(
-    {"or", "and", "to", "than", "more", "less", "fewer", "plus", "minus", "times", "over", "squared", "cubed"}
-    | {"percent", "pi", "sqrt", "inf", "infinity", "hundred", "thousand", "million", "billion"}
+# One or two words after a number: a unit ("13 points", "7/6 pizzas each"). More is a sentence, not a unit.
+_TRAILING_WORDS = re.compile(r"(?<=[\d}$])(?:[ \t]+[A-Za-z]{2,}){1,2}$")
+_ALL_TRAILING_WORDS = re.compile(r"(?<=[\d}$])(?:[ \t]+[A-Za-z]{2,})+$")
+# Words after a number that change or negate its value, or hedge it: an answer with one after its number is not
+# that number, though math-verify drops some of them ("13 trillion", "13 or more" and "13 untrue" read as 13).
+CHANGES_THE_VALUE = frozenset(
+    {"or", "and", "to", "than", "plus", "minus", "times", "over", "squared", "cubed"}
+    | {"hundred", "thousand", "million", "billion", "trillion", "quadrillion", "lakh", "crore", "hundreds"}
+    | {"thousands", "millions", "billions", "trillions", "dozen", "dozens", "score", "gross", "factorial"}
+    | {"tens", "half", "halves", "third", "thirds", "quarter", "quarters", "fourth", "fifth", "sixth", "seventh"}
+    | {"eighth", "ninth", "tenth", "twelfth", "hundredth", "thousandth", "millionth", "root", "reciprocal"}
+    | {"inverse", "inverted", "negative", "negated", "twice", "thrice", "doubled", "tripled", "halved", "mod"}
+    | {"modulo", "divided", "choose", "below", "under", "off", "short", "shy", "if", "unless", "except"}
+    | {"without", "is", "not", "no", "at", "about", "approximately", "approx", "roughly", "nearly", "almost"}
+    | {"around", "maybe", "probably", "perhaps", "possibly", "likely", "unlikely", "but", "guess", "wrong"}
+    | {"correct", "incorrect", "false", "untrue", "least", "most", "never", "ish"}
 )
+# ... and so are plural ordinals, which name fractions ("13 hundredths" is 0.13), but for units that end alike.
+UNITS_ENDING_IN_THS = frozenset(
+    {"months", "lengths", "widths", "depths", "paths", "baths", "moths", "cloths", "booths", "mouths", "births"}
+)
+# Words after a number that are not its unit: those, and words math-verify reads ("3 pi", "50 percent"; it drops
+# "more" and "less" as units: "13 more apples" answers "how many more").
+NOT_UNITS = CHANGES_THE_VALUE | {"more", "less", "fewer", "percent", "pi", "sqrt", "inf", "infinity"}
 PROSE_MARKERS = ("####", "'the answer is'")
 
 
@@ -70,17 +88,44 @@ def _last_match(pattern: re.Pattern[str], text: str) -> tuple[int, str] | None:
 
 
 def without_units(text: str) -> str:
-    """``13 points`` -> ``13``, ``\\frac{7}{6} pizzas each`` -> ``\\frac{7}{6}``: plain words after a number are its
-    unit (math-verify would read "points" as the product p*o*i*n*t*s). Words in NOT_UNITS stay."""
+    """``13 points`` -> ``13``, ``\\frac{7}{6} pizzas each`` -> ``\\frac{7}{6}``: one or two plain words after a
+    number are its unit (math-verify would read "points" as the product p*o*i*n*t*s). Not when one of them can
+    change or negate the value: a word in NOT_UNITS ("13 dozen", "13 is wrong", "13 at most") or a plural ordinal
+    ("13 hundredths"); the text then stays as it is, and is not read as the number."""
     match = _TRAILING_WORDS.search(text)
-    if match is None or any(word.lower() in NOT_UNITS for word in match.group().split()):
+    if match is None or not all(map(_can_be_a_unit, match.group().lower().split())):
         return text
     return text[: match.start()]
 
 
+def _can_be_a_unit(word: str) -> bool:
+    return word not in NOT_UNITS and not _is_plural_ordinal(word)
+
+
+def _is_plural_ordinal(word: str) -> bool:
+    return word.endswith("ths") and word not in UNITS_ENDING_IN_THS
+
+
+def value_changing_words(text: str) -> list[str]:
+    """The words after the number at the end of ``text`` that change, negate or hedge it: ``13 is wrong`` ->
+    ["is", "wrong"], ``13 hundredths`` -> ["hundredths"], ``13 points`` -> []."""
+    match = _ALL_TRAILING_WORDS.search(text)
+    words = match.group().lower().split() if match else []
+    return [word for word in words if word in CHANGES_THE_VALUE or _is_plural_ordinal(word)]
+
+
+# Math in $...$ first, then a space, punctuation or the end: "$x = 13$ where x is the count".
+_LEADING_MATH = re.compile(r"\$[^$]+\$(?=[\s.,;:!?)]|\Z)")
+
+
 def _reads_as_math(text: str) -> bool:
-    """Yes for "13", "x = 13" or "13 points"; no for "independent of the order" or a "#### Verification" header."""
-    return bool(text) and _WORD.search(without_units(text)) is None
+    """Yes for "13", "x = 13", "13 points" or "$x = 13$ where x is the count" (math-verify reads the math span),
+    and for an answer its words change or hedge ("14 if we count twice": it is graded, and fails); no for
+    "independent of the order", a "#### Verification" header or "$12$ or $13$" (two spans, a hedge)."""
+    span = _LEADING_MATH.match(text)
+    if span is not None:
+        return "$" not in text[span.end() :]
+    return bool(text) and (_WORD.search(without_units(text)) is None or bool(value_changing_words(text)))
 
 
 def _clean(text: str, how: str) -> str:

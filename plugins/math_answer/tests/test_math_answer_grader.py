@@ -68,6 +68,22 @@ def test_a_marker_in_prose_after_the_answer_does_not_replace_it(completion: str)
     assert grade.passed and grade.score == 1.0, grade.details
 
 
+@pytest.mark.parametrize(
+    ("completion", "passes"),
+    [
+        ("\\boxed{12}\nThe answer is $x = 13$ where x is the count.", True),  # it graded the boxed 12
+        ("\\boxed{12}\nThe answer is $13$, counting both ends.", True),
+        ("\\boxed{13}\nThe answer is $12$ or $13$.", True),  # two spans: a hedge, not math; the boxed 13 stands
+        ("\\boxed{12}\nThe answer is $12$ or $13$.", False),
+        ("\\boxed{13}\nNote: the answer is $n$-independent.", True),
+        ("\\boxed{13}\nThe answer is 14 if we count twice.", False),  # a hedge: graded, and it fails
+    ],
+)
+def test_a_prose_marker_that_starts_with_a_math_span_reads_as_math(completion: str, passes: bool) -> None:
+    grade = ENV.grade(task_with("13"), completion)
+    assert grade.passed is passes, grade.details
+
+
 @pytest.mark.parametrize("completion", ["The answer is **13**.", "**The answer is 13.**", "#### _13_"])
 def test_markdown_emphasis_around_a_written_answer_is_ignored(completion: str) -> None:
     grade = ENV.grade(task_with("13"), completion)
@@ -82,6 +98,9 @@ def test_markdown_emphasis_around_a_written_answer_is_ignored(completion: str) -
         ("42", "The answer is 42 marbles."),
         ("-5", "\\boxed{-5 degrees}"),
         ("7/6", "\\boxed{\\frac{7}{6} pizzas each}"),
+        ("31.24", "The answer is 31.24 dollars."),
+        ("13", "\\boxed{13 months}"),
+        ("13", "The answer is 13 more apples."),  # "how many more": math-verify drops "more"
     ],
 )
 def test_a_unit_word_after_a_number_is_ignored(gold: str, completion: str) -> None:
@@ -133,6 +152,31 @@ def test_an_equation_passes_only_when_it_is_true(completion: str, passes: bool) 
 )
 def test_hedged_or_changed_answers_still_fail(completion: str) -> None:
     assert not ENV.grade(task_with("13"), completion).passed
+
+
+@pytest.mark.parametrize(
+    ("answer", "words"),
+    [
+        ("13 dozen", "dozen"),
+        ("13 trillion", "trillion"),  # math-verify itself reads "13 trillion" as 13
+        ("13 factorial", "factorial"),
+        ("13 hundredths", "hundredths"),
+        ("13 is wrong", "is wrong"),
+        ("13 is not correct", "is not correct"),
+        ("13 at most", "at most"),
+        ("13 approximately", "approximately"),
+        ("13 or more", "or"),
+        ("13 untrue", "untrue"),
+        ("13 is my guess but could be fourteen", "is guess but"),
+    ],
+)
+def test_words_that_change_or_negate_the_number_are_not_units(answer: str, words: str) -> None:
+    # Stripped as units, each of these passed for 13 (all but "13 trillion" failed before units were stripped).
+    for completion in (f"\\boxed{{{answer}}}", f"The answer is {answer}."):
+        grade = ENV.grade(task_with("13"), completion)
+        assert not grade.passed and grade.score == 0.0, (completion, grade.details)
+        assert f"is not a number alone: {words!r} changes or qualifies it" in grade.details, grade.details
+    assert not ENV.grade(task_with("0.13"), "\\boxed{13 hundredths}").passed
 
 
 def test_last_number_fallback_is_a_grading_parameter() -> None:
