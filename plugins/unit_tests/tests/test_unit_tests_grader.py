@@ -1,4 +1,5 @@
 import ast
+import collections
 import json
 from collections import Counter, namedtuple
 from pathlib import Path
@@ -261,6 +262,33 @@ def test_container_subclasses_compare_like_their_builtin_base(tmp_path: Path) ->
     # Built-in tasks stay type-strict: a subclass arrives as its base, and a tuple is still not a list.
     assert type(decode(encode(Counter("ab")))) is dict and type(decode(encode(Bounds(1, 2)))) is tuple
     assert not same([1, 2], decode(encode((1, 2))))
+
+
+def test_an_ordered_dict_arrives_in_its_own_order(tmp_path: Path) -> None:
+    # It was read through dict.items, which gives the order of its storage: after move_to_end("a") a correct
+    # function arrived as {"a": 1, "b": 2} and failed a test of the order.
+    record = mbpp(
+        "last_first",
+        "from collections import OrderedDict\n"
+        "def last_first(d):\n    return OrderedDict(list(d.items())[1:] + list(d.items())[:1])\n",
+        "r = last_first({'a': 1, 'b': 2})\nassert list(r) == ['b', 'a']",
+        "assert list(last_first({'x': 1, 'y': 2, 'z': 3}).items()) == [('y', 2), ('z', 3), ('x', 1)]",
+    )
+    task = file_tasks(tmp_path, [record])["last_first"]
+    assert ENV.grade(task, ENV.reference(task)).passed
+    moved = "from collections import OrderedDict\ndef last_first(d):\n    r = OrderedDict(d)\n    k = next(iter(d))\n"
+    moved += "    r.move_to_end(k)\n    return r\n"
+    grade = ENV.grade(task, fenced(moved))
+    assert grade.passed and grade.score == 1.0, grade.details
+    # Still read through OrderedDict's own method: an override in a further subclass fakes nothing.
+    lies = "from collections import OrderedDict\nclass Lies(OrderedDict):\n    def items(self):\n"
+    lies += "        return [('b', 2), ('a', 1)]\n    def __iter__(self):\n        return iter(['b', 'a'])\n"
+    lies += "def last_first(d):\n    return Lies(d)\n"
+    grade = UnitTests({"partial_credit": True}).grade(task, fenced(lies))
+    assert grade.score == 0.0, grade.details
+    ordered = collections.OrderedDict(a=1, b=2)
+    ordered.move_to_end("a")
+    assert list(decode(encode(ordered)).items()) == [("b", 2), ("a", 1)]
 
 
 def test_assertions_that_check_no_result_earn_no_credit(tmp_path: Path) -> None:
