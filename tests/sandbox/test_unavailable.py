@@ -2,9 +2,20 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 
 import pytest
 from nodus.sandbox import GraderPool, SandboxUnavailable, UnsandboxedGradingWarning, check_sandbox_available, jail
+
+
+def unavailable_with_fake_nsjail(directory: Path, script: str) -> str:
+    """The one-line refusal for an nsjail that is this shell script."""
+    fake = directory / "nsjail"
+    fake.write_text("#!/bin/sh\n" + script)
+    fake.chmod(0o755)
+    with pytest.raises(SandboxUnavailable) as excinfo:
+        check_sandbox_available(fake)
+    return str(excinfo.value)
 
 
 def test_missing_binary_is_one_clear_line(tmp_path: object) -> None:
@@ -34,29 +45,20 @@ def test_non_linux_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
-def test_binary_that_cannot_start_a_jail(tmp_path: pytest.TempPathFactory) -> None:
-    fake = tmp_path / "nsjail"  # type: ignore[operator]
-    fake.write_text("#!/bin/sh\necho '[F][x] main(): Cannot unshare(CLONE_NEWUSER)' >&2\nexit 255\n")
-    fake.chmod(0o755)
-    with pytest.raises(SandboxUnavailable) as excinfo:
-        check_sandbox_available(fake)
-    assert str(excinfo.value).startswith(
+def test_binary_that_cannot_start_a_jail(tmp_path: Path) -> None:
+    script = "echo '[F][x] main(): Cannot unshare(CLONE_NEWUSER)' >&2\nexit 255\n"
+    message = unavailable_with_fake_nsjail(tmp_path, script)
+    assert message.startswith(
         "nodus sandbox unavailable: nsjail could not start a probe jail (exit 255: main(): Cannot "
         "unshare(CLONE_NEWUSER)). Fix: "
     )
 
 
-def test_a_jail_whose_python_cannot_import_nodus_says_where_to_install_it(tmp_path: pytest.TempPathFactory) -> None:
+def test_a_jail_whose_python_cannot_import_nodus_says_where_to_install_it(tmp_path: Path) -> None:
     # The jail starts, but nodus came from a path it does not mount: this once said to run as root.
-    fake = tmp_path / "nsjail"  # type: ignore[operator]
-    fake.write_text(
-        "#!/bin/sh\necho 'Traceback (most recent call last):' >&2\n"
-        "echo \"ModuleNotFoundError: No module named 'nodus'\" >&2\nexit 1\n"
-    )
-    fake.chmod(0o755)
-    with pytest.raises(SandboxUnavailable) as excinfo:
-        check_sandbox_available(fake)
-    assert str(excinfo.value) == (
+    script = "echo 'Traceback (most recent call last):' >&2\n"
+    script += "echo \"ModuleNotFoundError: No module named 'nodus'\" >&2\n"
+    assert unavailable_with_fake_nsjail(tmp_path, script + "exit 1\n") == (
         "nodus sandbox unavailable: the sandbox started but its Python could not import nodus or a module it needs "
         f"(ModuleNotFoundError: No module named 'nodus'). Fix: install nodus into {sys.prefix} (pip install nodus, "
         "or pip install -e for a checkout): the jail mounts this interpreter's site-packages and the editable "
@@ -64,16 +66,12 @@ def test_a_jail_whose_python_cannot_import_nodus_says_where_to_install_it(tmp_pa
     )
 
 
-def test_missing_shared_library_names_the_package(tmp_path: pytest.TempPathFactory) -> None:
-    fake = tmp_path / "nsjail"  # type: ignore[operator]
-    fake.write_text(
-        "#!/bin/sh\necho 'nsjail: error while loading shared libraries: libnl-route-3.so.200: "
+def test_missing_shared_library_names_the_package(tmp_path: Path) -> None:
+    script = (
+        "echo 'nsjail: error while loading shared libraries: libnl-route-3.so.200: "
         "cannot open shared object file: No such file or directory' >&2\nexit 127\n"
     )
-    fake.chmod(0o755)
-    with pytest.raises(SandboxUnavailable) as excinfo:
-        check_sandbox_available(fake)
-    assert str(excinfo.value) == (
+    assert unavailable_with_fake_nsjail(tmp_path, script) == (
         "nodus sandbox unavailable: nsjail cannot load the shared library libnl-route-3.so.200. "
         "Fix: apt-get install libnl-route-3-200 libprotobuf32 (Debian/Ubuntu package names)"
     )
