@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,6 +38,17 @@ spec:
 
 def grpo(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([GRPO, *map(str, args)], capture_output=True, text=True, timeout=600)
+
+
+def rerun_after_a_kill(job: Path, out: Path) -> tuple[str, dict[str, Any]]:
+    """Remove what a finished run writes last (adapter, final evaluation, results), as a kill before it would have left
+    the directory, and run the same command again: its stderr and results.json."""
+    shutil.rmtree(out / "adapter")
+    (out / "results.json").unlink()
+    (out / "final.json").unlink()
+    result = grpo("train", "-f", job, "--output", out)
+    assert result.returncode == 0, result.stderr
+    return result.stderr, json.loads((out / "results.json").read_text())
 
 
 def test_two_fsdp_processes_train_save_a_loadable_adapter_and_resume(tiny_model: Path, tmp_path: Path) -> None:
@@ -73,26 +85,16 @@ def test_two_fsdp_processes_train_save_a_loadable_adapter_and_resume(tiny_model:
 
     # As if killed after the first checkpoint: all processes resume from it, and the tally continues from its own.
     shutil.rmtree(out / "checkpoints" / "checkpoint-2")
-    shutil.rmtree(out / "adapter")
-    (out / "results.json").unlink()
-    (out / "final.json").unlink()
-    again = grpo("train", "-f", job, "--output", out)
-    assert again.returncode == 0, again.stderr
-    assert again.stderr.count("resuming from checkpoint-1 (step 1)") == 1
-    assert "reusing the saved baseline evaluation" in again.stderr
-    resumed = json.loads((out / "results.json").read_text())
+    stderr, resumed = rerun_after_a_kill(job, out)
+    assert stderr.count("resuming from checkpoint-1 (step 1)") == 1
+    assert "reusing the saved baseline evaluation" in stderr
     assert resumed["diagnostics"]["graded"] == 16
     assert [row["step"] for row in resumed["training"]["rewardPerStep"]] == [1, 2]
 
     # As if killed during the final evaluation: no step is trained again (it took a third), the last checkpoint's
     # weights are evaluated.
-    shutil.rmtree(out / "adapter")
-    (out / "results.json").unlink()
-    (out / "final.json").unlink()
-    last = grpo("train", "-f", job, "--output", out)
-    assert last.returncode == 0, last.stderr
-    assert last.stderr.count("training finished at checkpoint-2: loading it for the final evaluation") == 1
-    finished = json.loads((out / "results.json").read_text())
+    stderr, finished = rerun_after_a_kill(job, out)
+    assert stderr.count("training finished at checkpoint-2: loading it for the final evaluation") == 1
     assert finished["status"] == "completed" and finished["diagnostics"]["graded"] == 16
     assert [row["step"] for row in finished["training"]["rewardPerStep"]] == [1, 2]
     assert finished["final"]["scored"] == 8
