@@ -175,7 +175,8 @@ class _Projection:
     """One fused decode matrix built from one or more (possibly LoRA-wrapped) linear layers.
 
     `weight` is [out (+ sum of LoRA ranks), in]: the frozen base rows, then the LoRA A rows (refreshed every step).
-    `base` is the view of the base rows, which the training backbone reads too (one copy of the weights in all).
+    `base` is the view of the base rows, which the training backbone reads too, and the model's own base weights
+    become views of the same rows (one copy of the weights in all).
     """
 
     def __init__(self, modules: list[Any]):
@@ -189,6 +190,15 @@ class _Projection:
             rows.append(torch.zeros(rank, rows[0].shape[1], dtype=rows[0].dtype, device=rows[0].device))
         self.weight = torch.cat(rows, dim=0)
         self.base = self.weight[: self.out]
+        # The base weights become views of their fused rows, so the model holds one copy of its weights, not two:
+        # with two, the 8B shape peaked at 33 GB against stock TRL's 17.6 GB (run 6), and a job `grpo estimate` says
+        # fits might not. The parameters stay the same objects (the optimizer's, peft's); an in-place update of a
+        # trained base weight (full fine-tuning) is then in the fused rows already.
+        row = 0
+        for base in self.bases:
+            rows = base.weight.shape[0]
+            base.weight.data = self.weight[row : row + rows]
+            row += rows
         biases = [b.bias for b in self.bases]
         self.bias: torch.Tensor | None = None
         if all(b is not None for b in biases):
@@ -204,10 +214,13 @@ class _Projection:
             row = 0
             for base in self.bases:
                 rows = base.weight.shape[0]
-                if base.weight.requires_grad:  # frozen base weights never change; skip the copy
+                # Frozen base weights never change, and a shared one (see __init__) is these rows already; one whose
+                # storage was replaced since (a load with assign=True, say) is copied in.
+                shared = base.weight.data_ptr() == self.weight[row].data_ptr()
+                if base.weight.requires_grad and not shared:
                     self.weight[row : row + rows].copy_(base.weight.detach())
-                    if self.bias is not None and base.bias is not None:
-                        self.bias[row : row + rows].copy_(base.bias.detach())
+                if self.bias is not None and base.bias is not None and base.bias.requires_grad:
+                    self.bias[row : row + rows].copy_(base.bias.detach())
                 row += rows
         if self.lora is None:
             return
@@ -545,8 +558,8 @@ class StaticCacheSampler:
         self.stack_fn = compile_shape_static(_decoder_stack, compile_mode) if compile_stack else None
         self.prefill_fn = compile_shape_static(_prefill_layer, compile_mode) if compile_layers else None
         # prefill_graphs: the prefill of each prompt length also replayed as a CUDA graph (in the decode graph's
-        # memory pool). It is a few hundred launches per rollout (16 ms for Qwen3-0.6B on an H200, run 4); off until
-        # benchmarks/gpu_step_time.py `+graphs` has measured it.
+        # memory pool). It is a few hundred launches per rollout: 14.5 ms eagerly, 4.8 ms replayed for Qwen3-0.6B on
+        # an H200 (docs/benchmarks.md, run 6). `grpo train` turns it on with a GPU; a CPU has no CUDA graphs.
         self.prefill_graphs = prefill_graphs
         self.prefill_graph_error: str | None = None
         self._eos = torch.tensor(sampling.eos_token_ids or [-1], device=self.device)

@@ -192,6 +192,60 @@ def test_lora_sampler_follows_adapter_after_refresh() -> None:
         torch.testing.assert_close(after.logprobs[b], expected, atol=1e-4, rtol=0)
 
 
+def _storage_bytes(tensors: list[torch.Tensor]) -> int:
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+    return sum(storages.values())
+
+
+def test_fused_weights_are_the_models_own_storage_not_a_second_copy() -> None:
+    """The fused layout must not double the model's memory: the model's base weights become views of it."""
+    model = lora_model()
+    ids, mask = left_pad(PROMPTS)
+    with torch.no_grad():
+        before = model(input_ids=ids, attention_mask=mask).logits
+    params = [p for _, p in model.named_parameters()]
+    ids_before = [id(p) for p in params]
+    bytes_before = _storage_bytes(params)
+
+    weights = FastWeights(model)
+
+    fused = [projection.weight for projection in weights.projections]
+    for projection in weights.projections:
+        for base in projection.bases:
+            assert base.weight.untyped_storage().data_ptr() == projection.weight.untyped_storage().data_ptr()
+    # The fused rows add only the LoRA A rows (and Qwen3 has no biases): far below a second copy of the weights.
+    extra = _storage_bytes(params + fused) - bytes_before
+    lora_a_bytes = sum(p.numel() * p.element_size() for name, p in model.named_parameters() if "lora_A" in name)
+    assert extra == lora_a_bytes, (extra, lora_a_bytes, bytes_before)
+    assert [id(p) for _, p in model.named_parameters()] == ids_before, "peft's and the optimizer's parameters"
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=ids, attention_mask=mask).logits, before)
+
+
+def test_trained_base_weights_reach_the_sampler_in_place_or_replaced(tmp_path: Path) -> None:
+    """Full fine-tuning: an optimizer's in-place update is in the shared rows at once; a weight whose storage was
+    replaced (a load with assign=True) is copied in by refresh(); the model still saves and loads."""
+    model = tiny_model("qwen3")
+    sampler = StaticCacheSampler(model, GREEDY, pad_token_id=PAD)
+    before = sampler.generate(PROMPTS)
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.mlp.down_proj.weight.add_(torch.randn_like(layer.mlp.down_proj.weight) * 0.2)
+            layer.self_attn.q_proj.weight.data = layer.self_attn.q_proj.weight.detach() * 1.5
+    sampler.refresh()
+    after = sampler.generate(PROMPTS)
+    assert not torch.equal(after.logprobs, before.logprobs), "the change must matter for this test to mean anything"
+    assert torch.equal(after.tokens, hf_greedy(model, PROMPTS, GREEDY.max_new_tokens))
+    for b, expected in enumerate(teacher_forced_logprobs(model, PROMPTS, after.completion_ids())):
+        torch.testing.assert_close(after.logprobs[b], expected, atol=1e-4, rtol=0)
+
+    model.save_pretrained(tmp_path)  # views of one storage: a full model (Full's adapter/) must still save
+    reloaded = Qwen3ForCausalLM.from_pretrained(tmp_path)
+    for (name, param), (_, loaded) in zip(model.named_parameters(), reloaded.named_parameters(), strict=True):
+        assert torch.equal(param, loaded), name
+
+
 def test_eos_stops_and_min_new_tokens_suppresses_it() -> None:
     """A completion ends right after its first EOS (included); min_new_tokens keeps EOS out of the first N steps."""
     model = tiny_model("qwen3")
