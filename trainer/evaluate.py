@@ -173,7 +173,12 @@ def greedy_sampler(
     # Compiled on a GPU, as the trainer's rollouts are; on the CPU compiling costs more than it saves.
     on_gpu = next(model.parameters()).device.type == "cuda"
     return StaticCacheSampler(
-        model, settings, pad_token_id=tokenizer.pad_token_id, compile_layers=on_gpu, weights=weights
+        model,
+        settings,
+        pad_token_id=tokenizer.pad_token_id,
+        compile_layers=on_gpu,
+        weights=weights,
+        prefill_graphs=on_gpu,
     )
 
 
