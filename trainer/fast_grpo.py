@@ -68,8 +68,11 @@ class FastGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         self.backbone: FastBackbone | None = None
         self.training_fallback_reason: str | None = "fast training forward switched off"
         model = self.accelerator.unwrap_model(self.model)
-        if (fast_generation or fast_training) and unsupported_reason(model) is None:
+        model_reason = unsupported_reason(model) if fast_generation or fast_training else None
+        if (fast_generation or fast_training) and model_reason is None:
             self._weights = FastWeights(model)
+        if fast_training and model_reason is not None:
+            self.training_fallback_reason = model_reason  # e.g. quantized layers: not "switched off"
         if fast_training and self._weights is not None:
             self.training_fallback_reason = fast_backbone.unsupported_reason(self._weights)
             if self.training_fallback_reason is None:

@@ -540,7 +540,9 @@ def even_word_reward(prompts: list[str], completions: list[str], **_: Any) -> li
     return rewards
 
 
-def grpo_trainer(tmp_path: Path, generation_kwargs: dict[str, Any] | None = None, **fast: Any) -> Any:
+def grpo_trainer(
+    tmp_path: Path, generation_kwargs: dict[str, Any] | None = None, lora: dict[str, Any] | None = None, **fast: Any
+) -> Any:
     from nodus.trainer.fast_grpo import FastGRPOTrainer
     from trl import GRPOConfig
 
@@ -577,7 +579,7 @@ def grpo_trainer(tmp_path: Path, generation_kwargs: dict[str, Any] | None = None
         reward_funcs=even_word_reward,
         args=args,
         train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]),
-        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"),
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", **(lora or {})),
         **fast,
     )
 
@@ -650,6 +652,14 @@ def test_fast_generation_switched_off_is_reported(tmp_path: Path) -> None:
     """With both fast paths off the trainer is stock TRL, and says why rollouts don't use the sampler."""
     trainer = grpo_trainer(tmp_path, fast_generation=False, fast_training=False)
     assert trainer.fast_path_reason() == "fast generation switched off"
+    assert trainer.backbone is None
+
+
+def test_a_model_the_fast_path_cannot_read_is_named_for_both_halves(tmp_path: Path) -> None:
+    """`grpo train` prints the training forward's reason: a DoRA (or NF4) model must say so, not "switched off"."""
+    trainer = grpo_trainer(tmp_path, lora={"use_dora": True})
+    assert trainer.fast_path_reason() == "DoRA adapters"
+    assert trainer.training_fallback_reason == "DoRA adapters"
     assert trainer.backbone is None
 
 
