@@ -295,6 +295,21 @@ class FastBackbone:
                         params.setdefault(id(adapter.a), adapter.a)
                         params.setdefault(id(adapter.b), adapter.b)
         self.params = list(params.values())
+        # A replayed graph hands gradients to these LoRA parameters alone (see _GraphedStackFunction), none to its
+        # input: any other trainable weight the stack reads (peft's modules_to_save, a trained norm or embedding)
+        # would silently stop training. Such a model runs the same written-out stack without graphs.
+        stack = self.model.model
+        captured = {id(param) for param in self.params}
+        others = [
+            name
+            for part in ("layers", "embed_tokens")
+            for name, param in getattr(stack, part).named_parameters(prefix=part)
+            if param.requires_grad and id(param) not in captured
+        ]
+        if cuda_graphs and others:
+            more = f" and {len(others) - 2} more" if len(others) > 2 else ""
+            self.graph_error = f"trainable weights outside the LoRA adapters ({', '.join(others[:2])}{more})"
+            log.warning("Training forwards run without CUDA graphs: %s.", self.graph_error)
 
     def install(self) -> None:
         backbone = self

@@ -385,6 +385,32 @@ def test_backbone_graph_path_survives_two_forwards_before_a_backward() -> None:
     assert_grads(model, reference, scale=2.0)
 
 
+def test_backbone_graphs_step_aside_for_trained_weights_outside_the_adapter(caplog: Any) -> None:
+    """A replayed graph returns gradients for the LoRA parameters alone: with another trainable weight in the stack
+    (a norm here, peft's modules_to_save in general) it must run without graphs, and that weight must still train."""
+    model = lora_model()
+    model.train()
+    norm = model.get_base_model().model.layers[1].post_attention_layernorm.weight
+    norm.requires_grad_(True)
+    ids = torch.randint(1, VOCAB, (2, 9), generator=torch.Generator().manual_seed(8))
+
+    def loss() -> Any:
+        return model(input_ids=ids).logits.float().log_softmax(-1)[..., 3].sum()
+
+    with caplog.at_level("WARNING", logger="nodus.trainer.fast_backbone"):
+        reference, backbone = reference_grads_then_emulated_backbone(model, loss)
+    try:
+        loss().backward()
+    finally:
+        backbone.uninstall()
+    expected = "trainable weights outside the LoRA adapters (layers.1.post_attention_layernorm.weight)"
+    assert backbone.graph_error == expected
+    assert "Training forwards run without CUDA graphs: trainable weights outside" in caplog.text
+    assert backbone.graph_calls == 0 and backbone.calls == 1
+    assert any("post_attention_layernorm" in name for name in reference)
+    assert_grads(model, reference)
+
+
 def test_backbone_graphs_of_two_lengths_are_never_pending_together() -> None:
     """All lengths' graphs share one memory pool, so a forward of another length while one awaits its backward must
     run plainly (a replay could overwrite the pending one's temporaries); afterwards it gets its own graph."""
