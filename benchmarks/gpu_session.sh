@@ -11,7 +11,7 @@
 # .shared is a copy of ../shared/bench (the stock TRL anchor job).
 #
 # Parts, in order; each has its own timeout and a failing part never stops the next:
-#   1. install the carried wheels into /tmp/site; versions and the GPU          -> $OUT/install.log, $OUT/env.txt
+#   1. install the carried wheels into /tmp/site; versions and the GPU          -> $SETUP/install.log, env.txt
 #   2. the step-time benchmark (stock TRL against the fast paths, no --profile) -> $OUT/bench.jsonl, $OUT/bench.log
 #   3. LoRA end to end through nodus' own loop (nodus.trainer.api.train_on_function, the code `grpo train` runs)
 #      on a small random-weight Qwen3 built here: the fast path as a GPU run takes it (compiled sampler, written-out
@@ -20,6 +20,10 @@
 #                                                    -> $OUT/e2e-LoRA.json, $OUT/e2e-LoRA-results.json, $OUT/e2e-LoRA.log
 #   4. the same with QLoRA (NF4 base: rollouts and evaluations fall back to model.generate)
 #                                                    -> $OUT/e2e-QLoRA.json, $OUT/e2e-QLoRA-results.json, ...
+#   5. (not in the default PARTS) benchmarks/graph_memory.py: training graphs' memory and time over many sequence
+#      lengths against the model's own forward           -> $OUT/memory.jsonl, $OUT/memory.log
+# Knobs (environment): PARTS, BENCH_PLAN, BENCH_STEPS, EVAL_TIMING (empty: none), MEMORY_MODES, MEMORY_LENGTHS and each
+# part's *_TIMEOUT. At most 8 files come back from a device call, so install.log and env.txt stay in $SETUP.
 #
 # Locally, without a GPU (checks the script and part 3's API call on the CPU, fast path on):
 #   OUT=/tmp/gpu-session PYTHON=.venv/bin/python PARTS="3" bash benchmarks/gpu_session.sh
@@ -31,9 +35,17 @@ mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 PARTS=${PARTS:-"1 2 3 4"}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-300}
+BENCH_STEPS=${BENCH_STEPS:-"qwen3-0.6b=10,qwen3-8b=8"}
+BENCH_PLAN=${BENCH_PLAN:-"qwen3-0.6b=stock,fast-compiled,fast-compiled+graphs;qwen3-8b=fast-compiled+graphs"}
+EVAL_TIMING=${EVAL_TIMING-"qwen3-0.6b/fast-compiled"}  # set but empty: none
+MEMORY_TIMEOUT=${MEMORY_TIMEOUT:-120}
+MEMORY_MODES=${MEMORY_MODES:-"graphs,own"}  # benchmarks/graph_memory.py --modes
+MEMORY_LENGTHS=${MEMORY_LENGTHS:-}  # its --lengths; empty: its default
 LORA_TIMEOUT=${LORA_TIMEOUT:-120}
 QLORA_TIMEOUT=${QLORA_TIMEOUT:-90}
 SITE=${SITE:-/tmp/site}
+SETUP=${SETUP:-/tmp/gpu-session-setup}  # install.log and env.txt: not in $OUT, whose first 8 files alone come back
+mkdir -p "$SETUP"
 STARTED=$SECONDS
 
 say() { printf '[%4ds] %s\n' $((SECONDS - STARTED)) "$*"; }
@@ -55,16 +67,17 @@ report_exit() {
 part1() {
     say "part 1: install the carried wheels into $SITE"
     if compgen -G ".whl/*.whl" >/dev/null; then
-        ls -s .whl >"$OUT/install.log"
+        ls -s .whl >"$SETUP/install.log"
         if timeout -k 5 150 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-            --target "$SITE" .whl/*.whl >>"$OUT/install.log" 2>&1; then
+            --target "$SITE" .whl/*.whl >>"$SETUP/install.log" 2>&1; then
             say "wheels installed: $(cd .whl && ls -- *.whl | sed 's/-py.*//; s/-cp.*//' | tr '\n' ' ')"
         else
             say "WARNING: installing all wheels at once failed (tail of install.log below); one at a time now"
-            tail -n 3 "$OUT/install.log"
+            tail -n 3 "$SETUP/install.log"
+            cp "$SETUP/install.log" "$OUT/install.log"
             for wheel in .whl/*.whl; do
                 timeout -k 5 60 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-                    --target "$SITE" "$wheel" >>"$OUT/install.log" 2>&1 || say "WARNING: $wheel did not install"
+                    --target "$SITE" "$wheel" >>"$SETUP/install.log" 2>&1 || say "WARNING: $wheel did not install"
             done
         fi
     else
@@ -72,7 +85,7 @@ part1() {
     fi
     # Set even when the install failed: whatever did install is still wanted (parts 2 and 3 inherit it).
     export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
-    SITE="$SITE" timeout -k 5 90 "$PY" - <<'PYEOF' 2>&1 | tee "$OUT/env.txt" | keep '.'
+    SITE="$SITE" timeout -k 5 90 "$PY" - <<'PYEOF' 2>&1 | tee "$SETUP/env.txt" | keep '.'
 import importlib, importlib.metadata as md, os, sys
 print(f"python {sys.version.split()[0]} at {sys.executable}; PYTHONPATH={os.environ.get('PYTHONPATH', '')}")
 names = ["torch", "transformers", "trl", "peft", "accelerate", "bitsandbytes", "datasets", "pydantic", "triton",
@@ -113,9 +126,8 @@ part2() {
         say "WARNING: .shared/bench/trl_stock_grpo.py is missing (carry .shared): the benchmark will refuse"
     fi
     timeout -k 10 "$BENCH_TIMEOUT" "$PY" -u benchmarks/gpu_step_time.py \
-        --stock-script .shared/bench/trl_stock_grpo.py --steps qwen3-0.6b=10,qwen3-8b=8 \
-        --plan "qwen3-0.6b=stock,fast-compiled,fast-compiled+graphs;qwen3-8b=fast-compiled+graphs" \
-        --eval-timing qwen3-0.6b/fast-compiled --json-out "$OUT/bench.jsonl" 2>&1 | tee "$OUT/bench.log" |
+        --stock-script .shared/bench/trl_stock_grpo.py --steps "$BENCH_STEPS" --plan "$BENCH_PLAN" \
+        ${EVAL_TIMING:+--eval-timing "$EVAL_TIMING"} --json-out "$OUT/bench.jsonl" 2>&1 | tee "$OUT/bench.log" |
         keep '^(versions|FAILED|fidelity |eval-timing |shape |qwen3-|Traceback)|^[A-Za-z_.]*(Error|Exception): '
     report_exit "${PIPESTATUS[0]}" benchmark "$BENCH_TIMEOUT" "rows so far are in bench.jsonl" "see bench.log"
     # One short line per row, from the rows written so far (the table above is missing when the limit was hit).
@@ -147,6 +159,15 @@ for r in rows:
 PYEOF
 }
 
+# -- 5. training graphs over many sequence lengths ------------------------------------------------------------------
+part5() {
+    say "part 5: training graphs over many lengths (timeout ${MEMORY_TIMEOUT}s)"
+    timeout -k 10 "$MEMORY_TIMEOUT" "$PY" -u benchmarks/graph_memory.py --modes "$MEMORY_MODES" \
+        ${MEMORY_LENGTHS:+--lengths "$MEMORY_LENGTHS"} --json-out "$OUT/memory.jsonl" 2>&1 | tee "$OUT/memory.log" |
+        keep '^(\{|model|ROW|FAILED|LoRA grad| +(mode|own|compiled|graphs) |error|Traceback)|^[A-Za-z_.]*(Error|Exception): '
+    report_exit "${PIPESTATUS[0]}" "graph memory" "$MEMORY_TIMEOUT" "rows so far are in memory.jsonl" "see memory.log"
+}
+
 # -- 3 and 4. LoRA / QLoRA through nodus' own training loop ----------------------------------------------------------
 end_to_end() {
     local method=$1 limit=$2
@@ -173,7 +194,7 @@ def finish(code: int) -> None:
     summary["seconds"] = round(time.time() - started, 1)
     (OUT / f"e2e-{METHOD}.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
     keys = ("ok", "method", "device", "status", "steps", "seconds", "peak_gpu_gb", "baseline_mean", "final_mean",
-            "eval_seconds", "greedy_check", "skipped", "error")
+            "eval_seconds", "graphs", "greedy_check", "skipped", "error")
     print("E2E SUMMARY " + json.dumps({k: summary[k] for k in keys if k in summary}, default=str)[:1500])
     sys.exit(code)
 
@@ -224,8 +245,11 @@ try:
     # What the API hides: the trainer it built (quantized layers, which rollout and training paths it took).
     build_trainer = run_module.build_trainer
 
+    built = []
+
     def inspecting_build_trainer(*args, **kwargs):
         trainer, callback, reward = build_trainer(*args, **kwargs)
+        built.append(trainer)
         try:
             model = trainer.model
             kinds = {}
@@ -253,7 +277,9 @@ try:
         letters = [c for c in completion if not c.isspace()]
         return letters.count("a") / len(letters) if letters else 0.0
 
-    prompts = [f"Task {i}: write a" for i in range(40)]
+    # Prompt lengths from 12 to 222 tokens: real runs see many sequence lengths, which the training graphs (one
+    # capture per length, at most 8) and the prefill graphs (one per 64-token bucket) must handle.
+    prompts = [f"Task {i}: write a" + " please" * ((i % 8) * 6) for i in range(40)]
     if METHOD == "LoRA":
         # Held-out greedy decoding on the sampler (what evaluations use with the fast path on) against
         # model.generate, on the same 32 prompts: how many completions agree, and the seconds of each (the sampler
@@ -271,7 +297,7 @@ try:
         logging.getLogger("nodus.trainer.evaluate").addHandler(Keep())
         device = "cuda:0" if summary["cuda"] else None
         check_model, check_tokenizer = load_model_and_tokenizer(resolve_model(str(model_dir)), device=device)
-        messages = [[{"role": "user", "content": p}] for p in prompts[:32]]
+        messages = [[{"role": "user", "content": f"Task {i}: write a"}] for i in range(32)]
         timings, outputs = {}, {}
         for label, fast in (("generate", False), ("sampler_first", True), ("sampler", True)):
             clock = time.perf_counter()
@@ -309,6 +335,23 @@ try:
         learning_rate=1e-3,
         fast_path="auto" if summary["cuda"] else "on",
     )
+    if built:  # what the run's CUDA graphs did (grpo train turns them on with a GPU since run 7)
+        trainer = built[-1]
+        backbone, sampler = trainer.backbone, trainer._sampler
+        state = getattr(sampler, "_state", None)
+        summary["graphs"] = {
+            "training_graphs": trainer.training_graphs,
+            "prefill_graphs": trainer.prefill_graphs,
+            "training_calls": getattr(backbone, "graph_calls", None),
+            "training_skips": getattr(backbone, "graph_skips", None),
+            "training_captured": len(backbone._graphs) if backbone is not None else None,
+            "training_error": getattr(backbone, "graph_error", None),
+            "decode_graph": getattr(sampler, "use_cuda_graph", None),
+            "capture_error": getattr(sampler, "capture_error", None),
+            "prefill_captured": sorted(state.prefill_graphs) if state is not None else None,
+            "prefill_error": getattr(sampler, "prefill_graph_error", None),
+        }
+        print("E2E graphs " + json.dumps(summary["graphs"], default=str)[:600])
     summary["ok"] = results.get("status") == "completed"
     summary["status"] = results.get("status")
     summary["steps"] = results.get("training", {}).get("steps")
@@ -352,6 +395,7 @@ for part in $PARTS; do
         2) part2 ;;
         3) say "part 3"; end_to_end LoRA "$LORA_TIMEOUT" ;;
         4) say "part 4"; end_to_end QLoRA "$QLORA_TIMEOUT" ;;
+        5) part5 ;;
         *) say "unknown part $part" ;;
     esac
 done
