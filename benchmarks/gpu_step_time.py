@@ -1,8 +1,8 @@
 """GRPO step time on one GPU: stock TRL against nodus' fast rollouts, side by side in one call.
 
-    python benchmarks/gpu_step_time.py                      # both shapes, stock and fast paths
+    python benchmarks/gpu_step_time.py                      # both shapes: stock and grpo train's path
     SMOKE=1 .venv/bin/python benchmarks/gpu_step_time.py    # tiny shapes on the CPU: checks the script itself
-    python benchmarks/gpu_step_time.py --shapes qwen3-0.6b --paths stock,fast,fast-compiled --json-out r.jsonl
+    python benchmarks/gpu_step_time.py --plan "qwen3-0.6b=stock,fast,fast-compiled+graphs" --json-out r.jsonl
 
 The job is the shared anchor `../shared/bench/trl_stock_grpo.py` (override with --stock-script or NODUS_SHARED):
 random weights of the Qwen3 shape (same FLOPs and bytes as trained ones), 4 generations x 8 completions per step,
@@ -46,7 +46,8 @@ CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
 COMPILE_OPTIONS: dict[str, dict[str, Any]] = {
     "stack": {"compile_stack": True},
     "autotune": {"compile_mode": "max-autotune-no-cudagraphs"},
-    # The training forward/backward and the rollouts' prefill replayed as CUDA graphs (not yet measured on a GPU).
+    # The training forward/backward and the rollouts' prefill replayed as CUDA graphs (what grpo train runs on a GPU
+    # since run 7; docs/benchmarks.md).
     "graphs": {"training_graphs": True, "prefill_graphs": True},
 }
 REQUIRED = ("torch", "transformers", "peft", "accelerate", "trl", "datasets")
@@ -576,9 +577,10 @@ def main() -> None:
     parser.add_argument("--stock-script", type=Path, default=shared / "bench" / "trl_stock_grpo.py")
     parser.add_argument(
         "--plan",
-        default="qwen3-0.6b=stock,fast,fast-compiled;qwen3-8b=stock,fast-compiled",
+        default="qwen3-0.6b=stock,fast-compiled+graphs;qwen3-8b=stock,fast-compiled+graphs",
         help="SHAPE=PATH,PATH;SHAPE=...: paths are stock, fast, fast-compiled, each optionally "
-        "+nogc (no gradient checkpointing) and/or +tc (torch_compile of the training model)",
+        "+nogc (no gradient checkpointing) and/or +tc (torch_compile of the training model); the fast ones also "
+        "+graphs (training and prefill CUDA graphs: grpo train's path on a GPU), +stack, +autotune",
     )
     parser.add_argument("--qlora-memory", action="store_true", help="also measure QLoRA memory on the 8B shape")
     parser.add_argument(
