@@ -205,7 +205,7 @@ def _sampler_greedy(
         return completions
     except Exception as error:  # model.generate is the reference: an evaluation is never lost to us
         if isinstance(error, torch.OutOfMemoryError):
-            why = "ran out of GPU memory (it adds a KV cache and, before training, a fused copy of the weights)"
+            why = "ran out of GPU memory (it adds a KV cache and CUDA graphs beside the model)"
         else:
             cause = f"{type(error).__name__}: {first_line(error)}"
             why = f"failed ({cause}); please report this with the model's config.json"

@@ -72,6 +72,9 @@ def unsupported_reason(weights: FastWeights) -> str | None:
     for projection in weights.projections:
         if any(base.weight.requires_grad for base in projection.bases):
             return "full fine-tuning (the base weights train)"
+        # The stack reads biases from the fused copy, which gets no gradient (peft's bias="all" or "lora_only").
+        if any(base.bias is not None and base.bias.requires_grad for base in projection.bases):
+            return "trainable biases"
         for module in projection.modules:
             for dropout in getattr(module, "lora_dropout", {}).values():
                 if isinstance(dropout, torch.nn.Dropout) and dropout.p > 0:
@@ -284,9 +287,12 @@ class FastBackbone:
         # on with a GPU: the 0.6B update took 0.155 -> 0.053 s, docs/benchmarks.md run 6); "emulate" runs the same
         # bookkeeping eagerly, which is what the CPU tests check.
         self.cuda_graphs = cuda_graphs
-        if cuda_graphs is True and self.model.lm_head.weight.device.type != "cuda":
-            raise ValueError("cuda_graphs=True needs the model on a CUDA device")
         self.graph_error: str | None = None
+        if cuda_graphs is True and self.model.lm_head.weight.device.type != "cuda":
+            # grpo train asks for graphs on a GPU host, but the Trainer may have put the model elsewhere
+            # (--trl use_cpu=true): then the same stack runs without graphs, as after a failed capture.
+            self.graph_error = f"the model is on {self.model.lm_head.weight.device.type}, not a CUDA device"
+            log.warning("Training forwards run without CUDA graphs: %s.", self.graph_error)
         self.graph_calls = 0  # forwards that replayed a captured graph
         self.graph_skips = 0  # forwards with gradients that ran plainly because another one awaited its backward
         self._graphs: dict[tuple[Any, ...], _GraphedStack] = {}
@@ -295,7 +301,7 @@ class FastBackbone:
         # its own. Safe because at most one graph has a forward awaiting its backward (see _graphed): a replay may
         # overwrite another graph's temporaries and its static outputs, never the saved activations of a pending one,
         # and static outputs are copied out right after each replay.
-        self._pool = torch.cuda.graph_pool_handle() if cuda_graphs is True else None
+        self._pool = torch.cuda.graph_pool_handle() if cuda_graphs is True and self.graph_error is None else None
         params: dict[int, torch.Tensor] = {}
         for layer in self.layers:
             for projection in (layer.qkv, layer.o, layer.gate_up, layer.down):
@@ -315,7 +321,7 @@ class FastBackbone:
             for name, param in getattr(stack, part).named_parameters(prefix=part)
             if param.requires_grad and id(param) not in captured
         ]
-        if cuda_graphs and others:
+        if cuda_graphs and others and self.graph_error is None:
             more = f" and {len(others) - 2} more" if len(others) > 2 else ""
             self.graph_error = f"trainable weights outside the LoRA adapters ({', '.join(others[:2])}{more})"
             log.warning("Training forwards run without CUDA graphs: %s.", self.graph_error)
@@ -329,6 +335,11 @@ class FastBackbone:
             return backbone(input_ids, attention_mask)
 
         self.model.model.forward = MethodType(forward, self.model.model)
+
+    def release_graphs(self) -> None:
+        """Drop the captured training graphs and their memory pool (after training: nothing replays them again)."""
+        self._graphs.clear()
+        self.cuda_graphs = False
 
     def uninstall(self) -> None:
         self.model.model.__dict__.pop("forward", None)

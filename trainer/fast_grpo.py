@@ -98,6 +98,14 @@ class FastGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         """The fused frozen weights the sampler and the backbone share (None when the fast path is off)."""
         return self._weights
 
+    def release_training_memory(self) -> None:
+        """After the last step: the rollout sampler (its KV cache, decode and prefill graphs) and the training graphs
+        are never used again, and the final evaluation builds a sampler of its own beside them; free them first."""
+        self._sampler = None
+        self.last_rollout = None
+        if self.backbone is not None:
+            self.backbone.release_graphs()
+
     def fast_path_reason(self) -> str | None:
         """Why rollouts use TRL's generation instead of the fast sampler; None when the fast sampler is used."""
         if not self.fast_generation:

@@ -410,6 +410,10 @@ def final_evaluation(
     say(f"final evaluation on {len(heldout)} held-out tasks")
     if ranks.world == 1:
         trained = trainer.model
+        trainer.release_training_memory()
+        gc.collect()  # the sampler and its decode state, and each graph and the backbone, refer to each other
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
     else:
         # The trained weights are sharded over the processes: evaluate what was saved, after freeing this
         # process's shard and optimizer state so that the whole model fits beside them.
@@ -700,7 +704,7 @@ def build_trainer(
 def fast_path_on(parameters: Parameters, ranks: Ranks) -> bool:
     """fastPath on, or auto with a CUDA GPU. The fast path reads whole weight matrices and under FSDP each process
     holds a shard, so FSDP runs use TRL's own path and `model.generate` (evaluations too: memory is what FSDP is
-    short of, and the fast path's fused weights are a second copy)."""
+    short of, and the fast path's fused weights would be a full, unsharded copy)."""
     mode = parameters.fast_path
     return ranks.world == 1 and (mode == "on" or (mode == "auto" and torch.cuda.is_available()))
 

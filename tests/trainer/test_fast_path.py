@@ -411,6 +411,37 @@ def test_backbone_graphs_step_aside_for_trained_weights_outside_the_adapter(capl
     assert_grads(model, reference)
 
 
+def test_backbone_asked_for_graphs_on_a_cpu_model_runs_without_them(caplog: Any) -> None:
+    """grpo train asks for graphs on a GPU host; with the model elsewhere (--trl use_cpu=true) the run must train
+    without graphs, not fail while the trainer is built."""
+    model = lora_model()
+    model.train()
+    ids = torch.randint(1, VOCAB, (2, 9), generator=torch.Generator().manual_seed(9))
+    model(input_ids=ids).logits.float().log_softmax(-1)[..., 3].sum().backward()
+    reference = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    with caplog.at_level("WARNING", logger="nodus.trainer.fast_backbone"):
+        backbone = FastBackbone(FastWeights(model), cuda_graphs=True)
+    backbone.install()
+    try:
+        model(input_ids=ids).logits.float().log_softmax(-1)[..., 3].sum().backward()
+    finally:
+        backbone.uninstall()
+    assert backbone.graph_error == "the model is on cpu, not a CUDA device"
+    assert "Training forwards run without CUDA graphs: the model is on cpu" in caplog.text
+    assert backbone.calls == 1 and backbone.graph_calls == 0
+    assert_grads(model, reference)
+
+
+def test_trainable_biases_send_training_to_the_models_own_forward() -> None:
+    """The written-out stack reads q/k/v biases from the fused copy, which no gradient reaches: a model whose biases
+    train (peft's bias="all") must keep its own training forward."""
+    model = get_peft_model(tiny_model("qwen2"), LoraConfig(r=4, target_modules="all-linear", bias="all"))
+    assert fast_backbone.unsupported_reason(FastWeights(model)) == "trainable biases"
+    frozen = get_peft_model(tiny_model("qwen2"), LoraConfig(r=4, target_modules="all-linear"))
+    assert fast_backbone.unsupported_reason(FastWeights(frozen)) is None
+
+
 def test_backbone_graphs_of_two_lengths_are_never_pending_together() -> None:
     """All lengths' graphs share one memory pool, so a forward of another length while one awaits its backward must
     run plainly (a replay could overwrite the pending one's temporaries); afterwards it gets its own graph."""
@@ -672,6 +703,23 @@ def test_rollouts_fall_back_for_generation_kwargs_the_sampler_does_not_apply(
 ) -> None:
     """spec.parameters.trl.generation_kwargs reach TRL's generation config; the sampler must not silently skip them."""
     assert grpo_trainer(tmp_path, generation_kwargs).fast_path_reason() == reason
+
+
+def test_training_memory_is_released_before_the_final_evaluation(tmp_path: Path) -> None:
+    """After the last step the rollout sampler and the training graphs go (the final evaluation builds its own
+    sampler beside them); the fused weights stay, and greedy decoding on them still matches the model's own."""
+    from nodus.trainer.evaluate import greedy_sampler
+
+    trainer = grpo_trainer(tmp_path, training_graphs="emulate")
+    trainer.train()
+    assert trainer._sampler is not None and trainer.backbone._graphs, "training must have used both"
+    trainer.release_training_memory()
+    assert trainer._sampler is None and trainer.last_rollout is None and not trainer.backbone._graphs
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    model.eval()
+    sampler = greedy_sampler(model, trainer.processing_class, GREEDY.max_new_tokens, trainer.fast_weights)
+    assert sampler is not None
+    assert torch.equal(sampler.generate(PROMPTS).tokens, hf_greedy(model, PROMPTS, GREEDY.max_new_tokens))
 
 
 def test_fast_generation_switched_off_is_reported(tmp_path: Path) -> None:
