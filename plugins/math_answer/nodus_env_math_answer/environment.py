@@ -78,5 +78,5 @@ class MathAnswer(FileBackedEnvironment):
             return Grade(score=0.0, passed=False, details=f"the final answer ({how}) is empty")
         if len(answer) > MAX_ANSWER_CHARS:
             return Grade(score=0.0, passed=False, details=f"the final answer ({how}) is over {MAX_ANSWER_CHARS} chars")
-        verdict, why = equivalent(task.data["answer"], answer)
+        verdict, why = equivalent(task.data["answer"], answer, question=task.data.get("question", ""))
         return Grade(score=1.0 if verdict else 0.0, passed=bool(verdict), details=f"{how}: {why}")

@@ -7,14 +7,14 @@ from hypothesis import strategies as st
 from nodus.core import Task
 from nodus_env_math_answer import MathAnswer
 from nodus_env_math_answer.equivalence import equivalent, time_limit
-from nodus_env_math_answer.extract import final_answer
+from nodus_env_math_answer.extract import asks_for_percent, counted_words, final_answer
 
 ENV = MathAnswer()
 
 
-def task_with(answer: str) -> Task:
+def task_with(answer: str, question: str = "q") -> Task:
     return Task(env="math-answer@1", id="t", split="train", seed=0, index=0, draw=0,
-                data={"question": "q", "answer": answer, "source": "generated", "family": "x"})
+                data={"question": question, "answer": answer, "source": "generated", "family": "x"})
 
 
 @pytest.mark.parametrize(
@@ -276,3 +276,178 @@ def test_a_shorter_outer_deadline_still_fires_after_the_parse_timer() -> None:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+# Held-out task 0 for seed 42: "The scores of a team in 5 games were 2, 20, 33, 1, 9. What is the mean score? ..." = 13.
+MEAN_13 = TASKS[0]
+WHAT_PERCENT = "A bag has 100 marbles and 13 are red. What percent of the marbles are red?"
+HOW_MANY_QUARTERS = "Bo has $3.25, all in quarters. How many quarters does Bo have?"
+
+
+def test_held_out_task_0_is_a_mean_of_13() -> None:
+    assert MEAN_13.data["answer"] == "13" and "mean score" in MEAN_13.data["question"]
+
+
+@pytest.mark.parametrize(
+    ("gold", "completion", "values"),
+    [
+        ("13", "The answer is $x = 12$ if even else $x = 13$", "12, 13"),
+        ("12", "The answer is $x=13$ if even else $x = 12$", "13, 12"),
+        ("13", "\\boxed{x = 12 \\text{ if even else } x = 13}", "12, 13"),
+        ("13", "The answer is $12$ (or $13$ if counting the ends).", "12, 13"),
+        ("13", "The answer is \\(x = 12\\) if even else \\(x = 13\\).", "12, 13"),
+        ("13", "\\boxed{12 \\lor 13}", "12, 13"),
+        ("12", "\\boxed{12 \\text{ if even}, 13 \\text{ if odd}}", "12, 13"),
+        ("13", "\\boxed{12} or \\boxed{13}", "12, 13"),  # two boxes on the final line: two final answers
+        ("13", "The answer is $\\boxed{12}$ or $\\boxed{13}$.", "12, 13"),
+        ("13", "The sum is \\boxed{65}, so the mean is \\boxed{13}.", "65, 13"),  # box only the final answer
+        ("\\sqrt{2}", "The answer is $\\sqrt{2}$, about $1.414$.", "sqrt(2), 707/500"),
+    ],
+)
+def test_several_different_final_answers_fail(gold: str, completion: str, values: str) -> None:
+    # math-verify grades the last piece of math, so each of these passed for its last value.
+    grade = ENV.grade(task_with(gold), completion)
+    assert not grade.passed and grade.score == 0.0, grade.details
+    assert f"gives several answers ({values}): commit to one" in grade.details, grade.details
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "x = 13, so the answer is \\boxed{13}",
+        "The answer is $13$, i.e. $x = 13$.",
+        "The answer is $13$ (that is, $65/5$).",
+        "The answer is $x = 65/5 = 13$.",
+        "\\boxed{13 \\text{ (since } 65/5 = 13)}",
+        "\\boxed{13} = \\boxed{13}",
+        "\\boxed{13 \\text{ points}}",
+        "\\boxed{12}\nWait, that double-counts a game.\n\\boxed{13}",  # a box on an earlier line is replaced
+    ],
+)
+def test_restating_the_same_final_answer_passes(completion: str) -> None:
+    grade = ENV.grade(MEAN_13, completion)
+    assert grade.passed and grade.score == 1.0, grade.details
+
+
+NOT_ASKED = "(the question does not ask for a percentage, so a percent is its number over 100)"
+
+
+@pytest.mark.parametrize(
+    ("gold", "question", "completion", "passes"),
+    [
+        # A percent is its value (13% = 0.13) unless the question asks for a percentage ...
+        ("13", MEAN_13.data["question"], "The answer is 13 percent.", False),
+        ("13", MEAN_13.data["question"], "\\boxed{13\\%}", False),
+        ("0.13", "q", "The answer is 13 percent.", True),
+        ("0.13", "q", "\\boxed{13\\%}", True),
+        ("15", "A $20 shirt is 25% off. How many dollars does it cost?", "\\boxed{15\\%}", False),
+        # ... when it is the number of percent, with or without the sign: 13, not 0.13.
+        ("13", WHAT_PERCENT, "The answer is 13 percent.", True),
+        ("13", WHAT_PERCENT, "\\boxed{13\\%}", True),
+        ("13", WHAT_PERCENT, "\\boxed{13}", True),
+        ("13", WHAT_PERCENT, "\\boxed{0.13}", False),
+        ("12.5", WHAT_PERCENT, "\\boxed{12.5\\%}", True),
+        ("13\\%", "q", "\\boxed{13}", True),  # an expected answer written as a percent asks for one
+        ("13\\%", "q", "\\boxed{13 percent}", True),
+        ("13\\%", "q", "\\boxed{0.13}", False),
+    ],
+)
+def test_a_percent_is_the_value_the_question_asks_for(gold: str, question: str, completion: str, passes: bool) -> None:
+    # Before, "13 percent" and "13%" passed both for 13 and for 0.13 (and 0.13 for "13\%").
+    grade = ENV.grade(task_with(gold, question), completion)
+    assert grade.passed is passes and grade.score == float(passes), grade.details
+
+
+def test_a_percent_where_none_is_asked_says_why() -> None:
+    grade = ENV.grade(MEAN_13, "The answer is 13 percent.")
+    assert grade.details == f"'the answer is': '13 percent' is not equivalent to the expected answer {NOT_ASKED}"
+    grade = ENV.grade(task_with("13", WHAT_PERCENT), "\\boxed{0.13}")
+    assert grade.details == "boxed: '0.13' is not equivalent to the expected answer"
+
+
+@pytest.mark.parametrize(
+    ("question", "asks"),
+    [
+        (WHAT_PERCENT, True),
+        ("What is the percentage increase in price?", True),
+        ("Express 1/4 as a percent.", True),
+        ("What is the interest rate (in %)?", True),
+        ("A shirt is 25% off. How many dollars does it cost?", False),
+        ("A 25 percent tip was added. What was the bill?", False),
+        ("The tax is $8\\%$. What is the total?", False),
+        (MEAN_13.data["question"], False),
+    ],
+)
+def test_asks_for_percent(question: str, asks: bool) -> None:
+    assert asks_for_percent(question) is asks
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "The answer is 13 correct.",
+        "\\boxed{13 correct answers}",
+        "\\boxed{13 youths}",
+        "\\boxed{13 truths}",
+        "\\boxed{13 strengths}",
+        "\\boxed{13 months}",
+    ],
+)
+def test_ordinary_words_after_the_number_are_units(completion: str) -> None:
+    # Each failed: "correct" was listed as changing the value, and every word ending in "ths" as a plural ordinal.
+    grade = ENV.grade(MEAN_13, completion)
+    assert grade.passed and grade.score == 1.0, grade.details
+
+
+@pytest.mark.parametrize(
+    ("gold", "question", "completion", "words"),
+    [
+        ("13", HOW_MANY_QUARTERS, "\\boxed{13 quarters}", None),  # the coins the question counts
+        ("1", "How many quarters make 25 cents?", "\\boxed{1 quarter}", None),
+        ("13", "How many dozen eggs does Ana buy?", "\\boxed{13 dozen}", None),
+        ("39", "How many thirds are in 13 cakes?", "\\boxed{39 thirds}", None),
+        ("13", MEAN_13.data["question"], "\\boxed{13 quarters}", "quarters"),  # elsewhere, 13 quarters is 13/4
+        ("13/4", "q", "\\boxed{13 quarters}", "quarters"),  # ... and not credited as 13/4 either
+        ("24", "Ana buys 2 dozen eggs. How many eggs does she buy?", "\\boxed{24 dozen}", "dozen"),
+        ("13", MEAN_13.data["question"], "\\boxed{13 thousand}", "thousand"),
+        ("13", MEAN_13.data["question"], "\\boxed{13 halves}", "halves"),
+        ("13", MEAN_13.data["question"], "\\boxed{13 thirds}", "thirds"),
+        ("13", MEAN_13.data["question"], "\\boxed{13 dozen}", "dozen"),
+        ("13", MEAN_13.data["question"], "\\boxed{13 twentieths}", "twentieths"),
+        ("13", HOW_MANY_QUARTERS, "\\boxed{13 quarters at most}", "at most"),
+    ],
+)
+def test_a_scale_word_is_a_unit_only_where_the_question_counts_in_it(
+    gold: str, question: str, completion: str, words: str | None
+) -> None:
+    grade = ENV.grade(task_with(gold, question), completion)
+    assert grade.passed is (words is None), grade.details
+    assert words is None or grade.details.endswith(f"is not a number alone: {words!r} changes or qualifies it")
+
+
+def test_counted_words() -> None:
+    assert counted_words(HOW_MANY_QUARTERS) == {"quarter", "quarters"}
+    assert counted_words("How many dozen eggs? How many apples?") == {"dozen", "dozens"}
+    assert counted_words(MEAN_13.data["question"]) == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("gold", "completion", "passes"),
+    [
+        ("\\sqrt{2}", "\\boxed{1.41421356}", False),  # the exact value is asked, as for 7/6
+        ("2\\sqrt{3}", "\\boxed{3.4641016}", False),
+        ("\\frac{\\pi}{2}", "\\boxed{1.5707963}", False),
+        ("\\sqrt{2}", "\\boxed{\\sqrt{2}}", True),
+        ("\\sqrt{2}", "\\boxed{\\frac{2}{\\sqrt{2}}}", True),
+        ("2\\sqrt{3}", "\\boxed{\\sqrt{12}}", True),
+        ("\\frac{3}{2}\\sqrt{2}", "\\boxed{1.5\\sqrt{2}}", True),  # a terminating decimal is exact
+        ("\\sqrt{2}", "\\boxed{\\sqrt{2} units}", True),
+    ],
+)
+def test_a_decimal_does_not_pass_for_an_irrational_answer(gold: str, completion: str, passes: bool) -> None:
+    grade = ENV.grade(task_with(gold), completion)
+    assert grade.passed is passes and grade.score == float(passes), grade.details
+    assert passes or grade.details.endswith(
+        "is not equivalent to the expected answer (only close to it: a decimal is the exact number it writes, and "
+        "the exact value is asked)"
+    )
