@@ -1,15 +1,17 @@
 import copy
 import json
 import re
+import unicodedata
+import warnings
 
 import jsonschema
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from nodus.core import Task
-from nodus_env_json_schema import JsonSchema
+from nodus_env_json_schema import JsonSchema, validation
 from nodus_env_json_schema.answer import NoJson, extract_json
-from nodus_env_json_schema.validation import ecma_end_anchors, validator_for, violations
+from nodus_env_json_schema.validation import MAX_IRI_LENGTH, ecma_search, ecma_translated, validator_for, violations
 
 ENV = JsonSchema()
 TASKS = ENV.tasks("heldout", 42, 16)
@@ -256,7 +258,7 @@ def test_no_format_checker_raises_on_any_string(dialect: str) -> None:
     ],
 )
 def test_pattern_dollar_anchors_only_the_very_end_as_in_ecma_262(pattern: str, translated: str) -> None:
-    assert ecma_end_anchors(pattern) == translated
+    assert ecma_translated(pattern) == translated
     re.compile(translated)
 
 
@@ -274,3 +276,189 @@ def test_a_final_newline_does_not_satisfy_an_anchored_pattern() -> None:
     for wrong in ({"code": "FDJ-3593\n"}, {"price": "$12\n"}, {"sign": "$\n"}, {"code": "FDJ-35934"}):
         grade = ENV.grade(task, json.dumps(wrong))
         assert not grade.passed and "does not match" in grade.details, (wrong, grade.details)
+
+
+DRAFTS = {
+    "draft4": "http://json-schema.org/draft-04/schema#",
+    "draft7": "http://json-schema.org/draft-07/schema#",
+    "draft2019-09": "https://json-schema.org/draft/2019-09/schema",
+    "draft2020-12": "https://json-schema.org/draft/2020-12/schema",
+}
+NAMED = {"^x-[a-z]+$": {"type": "integer"}}  # property names as ECMA-262 reads the regex
+
+
+@pytest.mark.parametrize("dialect", DRAFTS)
+def test_pattern_properties_and_additional_properties_read_property_names_as_ecma_262(dialect: str) -> None:
+    # patternProperties and additionalProperties matched names with Python's re: "x-ab\n" and "n-١٢" were named by
+    # ^x-[a-z]+$ and ^n-\d+$, so additionalProperties: false let them through.
+    schema = {"$schema": DRAFTS[dialect], "patternProperties": NAMED | {r"^n-\d+$": {}}, "additionalProperties": False}
+    validator = validator_for(schema)
+    assert violations(validator, {}, {"x-ab": 1, "n-12": None}) == []
+    assert violations(validator, {}, {"x-ab": "1"}) == ["at /x-ab: '1' is not of type 'integer'"]
+    for name in ("x-ab\n", "n-١٢", "n-12\n"):
+        assert violations(validator, {}, {name: 1}) == [
+            f"at /: {name!r} does not match any of the regexes: '^n-\\\\d+$', '^x-[a-z]+$'"
+        ]
+    # patternProperties alone: the subschema is applied only to the names its regex matches
+    named = validator_for({"$schema": DRAFTS[dialect], "patternProperties": {r"^\w+$": {"type": "integer"}}})
+    assert violations(named, {}, {"ab_1": "x"}) == ["at /ab_1: 'x' is not of type 'integer'"]
+    assert violations(named, {}, {"é": "x", "ab\n": "x"}) == []
+    additional = validator_for({"$schema": DRAFTS[dialect], "patternProperties": NAMED, "additionalProperties": {}})
+    assert violations(additional, {}, {"x-a\n": "x"}) == []  # an additional property, not one of the pattern's
+
+
+@pytest.mark.parametrize("dialect", ["draft2019-09", "draft2020-12"])
+def test_unevaluated_properties_reads_property_names_as_ecma_262(dialect: str) -> None:
+    for schema in (
+        {"patternProperties": NAMED, "unevaluatedProperties": False},
+        {"allOf": [{"patternProperties": NAMED}], "unevaluatedProperties": False},  # evaluated in a subschema
+        {"$ref": "#/$defs/named", "$defs": {"named": {"patternProperties": NAMED}}, "unevaluatedProperties": False},
+    ):
+        validator = validator_for({"$schema": DRAFTS[dialect], **schema})
+        assert violations(validator, {}, {"x-ab": 1}) == []
+        assert violations(validator, {}, {"x-ab": 1, "x-cd\n": 1}) == [
+            "at /: Unevaluated properties are not allowed ('x-cd\\n' was unexpected)"
+        ], schema
+    wrong_type = validator_for(
+        {"$schema": DRAFTS[dialect], "patternProperties": NAMED, "unevaluatedProperties": {"type": "string"}}
+    )
+    assert violations(wrong_type, {}, {"x-ab": 1, "y": "s"}) == []
+    assert violations(wrong_type, {}, {"x-ab\n": 1, "x-cd\n": 2}) == [
+        "at /: Unevaluated properties are not valid under the given schema ('x-ab\\n', 'x-cd\\n' were unevaluated"
+        " and invalid)"
+    ]
+
+
+def test_property_names_pattern_is_ecma_262() -> None:
+    validator = validator_for({"propertyNames": {"pattern": r"^\d+$"}})
+    assert violations(validator, {}, {"12": 0}) == []
+    for name in ("١٢", "12\n"):  # Arabic-Indic digits passed
+        assert violations(validator, {}, {name: 0}) == [f"at /: {name!r} does not match '^\\\\d+$'"]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "text", "matches"),
+    [  # the cases of JSON-Schema-Test-Suite's optional/ecmascript-regex.json that Python's re reads otherwise
+        (r"^\d$", "0", True),
+        (r"^\d$", "߀", False),  # NKO DIGIT ZERO
+        (r"^\d+$", "৪২", False),  # Bengali digits
+        (r"^\d+$", "١٢٣", False),  # Arabic-Indic digits
+        (r"^\d+$", "１２", False),  # fullwidth digits
+        (r"^\D$", "߀", True),
+        (r"^\D$", "0", False),
+        (r"^\w$", "a", True),
+        (r"^\w$", "é", False),
+        (r"^\W$", "é", True),
+        (r"^\W$", "_", False),
+        (r"\wcole", "l'école", False),
+        (r"\wcole", "l'ecole", True),
+        (r"^\s$", "\u00a0", True),  # NO-BREAK SPACE
+        (r"^\s$", "\ufeff", True),  # ZERO WIDTH NO-BREAK SPACE: Python's \s misses it
+        (r"^\s$", "\u2029", True),
+        (r"^\s$", "\u2003", True),
+        (r"^\s$", "\x1c", False),  # Python's \s takes the information separators and NEL
+        (r"^\s$", "\x85", False),
+        (r"^\S$", "\ufeff", False),
+        (r"^\S$", "\x1f", True),
+        (r"^\S$", "\u2013", True),
+        # in a character class, negated or not
+        (r"^[\d]+$", "١٢", False),
+        (r"^[\w.]+$", "é.e", False),
+        (r"^[^\d]$", "١", True),
+        (r"^[\D]$", "١", True),
+        (r"^[\D]$", "1", False),
+        (r"^[\W]$", "é", True),
+        (r"^[^\W]$", "é", False),
+        (r"^[\S]$", "\ufeff", False),
+        (r"^[^\s]$", "\x1c", True),
+        (r"^[\b]$", "\b", True),  # a backspace in a class, as in ECMA-262
+        # \b and \B: word boundaries of ECMA-262's \w
+        (r"\bcole", "l'école", True),
+        (r"^a\b", "aé", True),
+        (r"^a\B", "aé", False),
+        (r"^é\b", "é", False),
+        (r"^é\B", "é", True),
+        (r"\bword\b", "a word.", True),
+        (r"\Bor\B", "a word.", True),
+        (r"^\B$", "", True),  # Python's \B (before 3.14) never matches an empty string
+        # "." takes no line terminator
+        (r"^a.b$", "a\rb", False),
+        (r"^a.b$", "a\u2028b", False),
+        (r"^a.b$", "a\nb", False),
+        (r"^a.b$", "a\x85b", True),
+        (r"^a.b$", "a😀b", True),  # a code point (the u flag), not a UTF-16 code unit
+        (r"^a\.b$", "a.b", True),
+        (r"^a[.]b$", "a\rb", False),
+    ],
+)
+def test_class_escapes_and_dot_are_ecma_262s(pattern: str, text: str, matches: bool) -> None:
+    assert ecma_search(pattern, text) is matches
+    validator = validator_for({"pattern": pattern})
+    assert violations(validator, {}, text) == ([] if matches else [f"at /: {text!r} does not match {pattern!r}"])
+
+
+def test_ecma_262_whitespace_is_the_space_separators_and_line_terminators() -> None:
+    space = {0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x2028, 0x2029, 0xFEFF}
+    for code in range(0x10000):
+        char = chr(code)
+        expected = code in space or unicodedata.category(char) == "Zs"
+        assert ecma_search(r"^\s$", char) is expected, hex(code)
+        assert ecma_search(r"^[^\S]$", char) is expected, hex(code)
+
+
+TOKENS = ["a", "b", "0", "_", " ", "-", ".", "$", "^", "|", "*", "+", "?", "{1,2}", "(", "(?:", "(?=", "(?<!", ")"]
+TOKENS += ["[", "[^", "]", r"\d", r"\D", r"\w", r"\W", r"\s", r"\S", r"\b", r"\B", r"\$", r"\.", "\\\\", r"\]", "(?#"]
+
+
+ASCII_TEXT = "ab0_ -$.\\\t\x0b\x0c"
+
+
+def python_regex(pattern: str) -> re.Pattern[str] | None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "possible nested set" and the like
+        try:
+            return re.compile(pattern)
+        except (re.error, OverflowError, RecursionError):
+            return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(tokens=st.lists(st.sampled_from(TOKENS), max_size=8), texts=st.lists(st.text(ASCII_TEXT, min_size=1)))
+def test_the_translation_compiles_and_agrees_with_python_where_python_reads_ecma_262(
+    tokens: list[str], texts: list[str]
+) -> None:
+    # Where Python's and ECMA-262's readings agree (ASCII text without "\n", "\r" and U+001C-U+001F, not empty), so
+    # must the translation; and any pattern Python compiles (jsonschema checks schemas with it) must compile translated.
+    pattern = "".join(tokens)
+    original = python_regex(pattern)
+    if original is None:
+        return
+    translated = re.compile(ecma_translated(pattern))
+    for text in texts:
+        assert bool(translated.search(text)) == bool(original.search(text)), (pattern, text)
+
+
+def test_a_too_long_iri_is_refused_before_the_slow_check() -> None:
+    # rfc3987-syntax's Earley parser takes about 1 ms per character: a 50,000-character iri took 50 s and 775 MB,
+    # past the grader's time limit, for every answer of the batch that had one.
+    for name in ("iri", "iri-reference"):
+        validator = validator_for({"$schema": DRAFTS["draft2020-12"], "format": name})
+        assert violations(validator, {}, "https://example.com/caf\u00e9?q=1") == []
+        assert violations(validator, {}, "http://exa mple.com/") == [f"at /: 'http://exa mple.com/' is not a {name!r}"]
+        long = "https://example.com/" + "a" * 50_000
+        assert violations(validator, {}, long) == [
+            f"at /: 'https://example.com/aaaaaaaaaaaaaaaaaaaa'... is not checked as an {name!r}: 50020 characters, over"
+            f" the {MAX_IRI_LENGTH} allowed"
+        ]
+    assert MAX_IRI_LENGTH == 2048
+
+
+def test_an_iri_as_long_as_the_limit_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(validation, "MAX_IRI_LENGTH", 30)  # a short limit: the parser takes 2 s at the real one
+    validator = validator_for({"format": "iri"})
+    at_limit = "https://example.com/" + "a" * 10
+    assert violations(validator, {}, at_limit) == []
+    assert violations(validator, {}, at_limit[:-1] + " ") == [f"at /: {at_limit[:-1] + ' '!r} is not a 'iri'"]
+    assert violations(validator, {}, at_limit + "a") == [
+        f"at /: {at_limit + 'a'!r}... is not checked as an 'iri': 31 characters, over the 30 allowed"
+    ]
