@@ -27,7 +27,30 @@ def validator_for(schema: dict[str, Any]) -> Validator:
     does for ``$``."""
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     cls.check_schema(schema)
+    for name in _property_name_patterns(schema):
+        try:
+            re.compile(ecma_translated(name))
+        except (re.error, OverflowError) as error:
+            # Draft 4's meta-schema does not check these names, and a bad one raised in every grading instead.
+            message = f"{name!r} in patternProperties is not a valid regular expression ({error})"
+            raise jsonschema.SchemaError(message) from None
     return _with_ecma_regexes(cls)(schema, format_checker=_format_checker(cls))  # type: ignore[no-any-return]
+
+
+# Keywords whose values are data, not schemas: a "patternProperties" inside them is not a keyword.
+_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
+
+
+def _property_name_patterns(schema: Any) -> Iterator[str]:
+    if isinstance(schema, list):
+        for item in schema:
+            yield from _property_name_patterns(item)
+    elif isinstance(schema, dict):
+        for key, value in schema.items():
+            if key == "patternProperties" and isinstance(value, dict):
+                yield from value
+            if key not in _DATA_KEYWORDS:
+                yield from _property_name_patterns(value)
 
 
 # Formats whose grammar is ASCII, whose checkers take other digits too (str.isdigit, int() and UUID() read "١" or

@@ -91,11 +91,18 @@ def test_reordering_the_file_changes_nothing_and_editing_it_changes_the_draws(tm
     assert first != [t.data for t in edited.tasks("train", 5, 10)]
 
 
+DRAFT4 = "http://json-schema.org/draft-04/schema#"  # its meta-schema does not check patternProperties' names
+
+
 @pytest.mark.parametrize(
     ("record", "message"),
     [
         ({"prompt": "p", "schema": {"type": "strnig"}}, r"t.jsonl:2: the schema is invalid \('strnig' is not valid"),
         ({"prompt": "p", "schema": {"minimum": "0"}}, r"t.jsonl:2: the schema is invalid"),
+        (
+            {"prompt": "p", "schema": {"$schema": DRAFT4, "patternProperties": {"[": {}}}},
+            r"t.jsonl:2: the schema is invalid \('\[' in patternProperties is not a valid regular expression \(unterm",
+        ),
         ({"prompt": "p"}, r"t.jsonl:2: needs a string 'prompt' and an object 'schema'"),
         ({"prompt": "p", "schema": PERSON, "expected": {"name": "x"}}, r"t.jsonl:2: 'expected' must map JSON Pointers"),
         ({"prompt": "p", "schema": PERSON, "reference": {"name": 1}}, r"t.jsonl:2: the reference answer is not valid"),
