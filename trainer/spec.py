@@ -108,8 +108,8 @@ class Parameters(_Strict):
     fast_path: Literal["auto", "on", "off"] = Field(
         "auto",
         alias="fastPath",
-        description="Static-cache CUDA-graph rollouts and the written-out training forward (nodus.trainer.fast_grpo);"
-        " auto: on with a CUDA GPU, off on CPU.",
+        description="Static-cache CUDA-graph rollouts and the written-out training forward, replayed as CUDA graphs"
+        " on a GPU (nodus.trainer.fast_grpo); auto: on with a CUDA GPU, off on CPU.",
     )
     sft_warmup_steps: int = Field(
         0,
