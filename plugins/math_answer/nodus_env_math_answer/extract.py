@@ -201,10 +201,33 @@ def _reads_as_math(text: str) -> bool:
     return bool(text) and (_WORD.search(without_units(text)) is None or bool(value_changing_words(text)))
 
 
+# An explanatory clause after a written answer: "The answer is 13, which is the mean", "$x = 13$ where $x$ is the
+# count". It is not part of the answer, and left in, its words failed a right one ("is" can negate: "13 is wrong").
+_EXPLANATION = re.compile(
+    r"(?:\s*[,;]\s*|\s+)(?:which|where|since|because|as|so|that|i\.e\.|meaning|for|when|given)(?![A-Za-z])",
+    re.IGNORECASE,
+)
+# ... but only a clause that can neither state another value (a digit) nor change, hedge or negate this one: "13,
+# which could also be 12", "13, which is wrong" and "13, which is about a dozen" stay whole, and fail.
+CLAUSE_KEEPS = (CHANGES_THE_VALUE | {"more", "less", "fewer", "isn", "wasn", "nor"}) - {"is", "and", "to", "at"}
+
+
+def _without_explanation(text: str) -> str:
+    match = _EXPLANATION.search(text)
+    if match is None or match.start() == 0:
+        return text
+    clause = text[match.start() :]
+    if re.search(r"\d", clause) or any(word.lower() in CLAUSE_KEEPS for word in re.findall(r"[A-Za-z]+", clause)):
+        return text
+    return text[: match.start()]
+
+
 def _clean(text: str, how: str) -> str:
     text = text.strip().rstrip(".").strip()
     if how != "boxed":  # markdown emphasis around a written answer: "The answer is **13**."
         text = text.strip("*_ \t").rstrip(".").rstrip("*_ \t")
+    if how in PROSE_MARKERS:
+        text = _without_explanation(text)
     inner = last_boxed(text)  # "the answer is \boxed{5}." -> 5
     return inner.strip() if inner is not None else text
 

@@ -84,6 +84,26 @@ def test_a_prose_marker_that_starts_with_a_math_span_reads_as_math(completion: s
     assert grade.passed is passes, grade.details
 
 
+@pytest.mark.parametrize(
+    ("completion", "passes"),
+    [
+        ("The answer is 13, which is the mean of the five scores.", True),
+        ("The answer is $x = 13$ where $x$ is the count.", True),
+        ("The answer is 13 because the sum is split evenly.", True),
+        ("#### 13, since each game counts once", True),
+        ("The answer is 13, which could also be 12.", False),  # another value: a hedge
+        ("The answer is 13, which is wrong.", False),
+        ("The answer is 13, which is not correct.", False),
+        ("The answer is 13, which is about a dozen.", False),
+        ("The answer is 13 thousand, which is the total.", False),  # the scale stays with the number
+        ("The answer is 13 if we count twice, which is the rule.", False),
+    ],
+)
+def test_an_explanatory_clause_after_a_written_answer_is_not_part_of_it(completion: str, passes: bool) -> None:
+    grade = ENV.grade(task_with("13"), completion)
+    assert grade.passed is passes, grade.details
+
+
 @pytest.mark.parametrize("completion", ["The answer is **13**.", "**The answer is 13.**", "#### _13_"])
 def test_markdown_emphasis_around_a_written_answer_is_ignored(completion: str) -> None:
     grade = ENV.grade(task_with("13"), completion)
