@@ -20,6 +20,7 @@ from nodus_env_math_answer.extract import (
     asks_for_percent,
     counted_words,
     math_pieces,
+    normalized_percent,
     value_changing_words,
     without_units,
 )
@@ -87,6 +88,7 @@ def equivalent(
 
 
 def _decide(gold: str, answer: str, question: str = "") -> tuple[bool | None, str]:
+    answer = normalized_percent(answer)
     parsed_gold = _parse(gold)
     if not parsed_gold:  # e.g. \text{Monday} in a MATH file: compare the written answers
         same = _plain(gold) == _plain(answer)

@@ -6,6 +6,7 @@ braces), so hostile 1 MB completions cost milliseconds.
 
 from __future__ import annotations
 
+import itertools
 import re
 
 MAX_ANSWER_CHARS = 200  # longer "answers" are not final answers; parsing them would only cost time
@@ -26,7 +27,8 @@ SCALES = frozenset(
     {"hundred", "thousand", "million", "billion", "trillion", "quadrillion", "lakh", "crore", "hundreds", "thousands"}
     | {"millions", "billions", "trillions", "dozen", "dozens", "score", "gross", "tens", "half", "halves", "third"}
     | {"thirds", "quarter", "quarters", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth", "twelfth"}
-    | {"hundredth", "thousandth", "millionth"}
+    | {"hundredth", "thousandth", "millionth", "lakhs", "crores", "scores", "grand", "quintillion", "sextillion"}
+    | {"myriad", "bn", "mn", "mil", "doz", "pair", "pairs"}
 )
 # Words after a number that change or negate its value, or hedge it: an answer with one after its number is not
 # that number, though math-verify drops some of them ("13 trillion", "13 or more" and "13 untrue" read as 13).
@@ -36,7 +38,8 @@ CHANGES_THE_VALUE = SCALES | frozenset(
     | {"mod", "modulo", "divided", "choose", "below", "under", "off", "short", "shy", "if", "unless", "except"}
     | {"without", "is", "not", "no", "at", "about", "approximately", "approx", "roughly", "nearly", "almost"}
     | {"around", "maybe", "probably", "perhaps", "possibly", "likely", "unlikely", "but", "guess", "wrong"}
-    | {"incorrect", "false", "untrue", "least", "most", "never", "ish"}
+    | {"incorrect", "false", "untrue", "least", "most", "never", "ish", "max", "maximum", "minimum", "tops"}
+    | {"rounded", "estimated", "estimate"}
 )
 # ... and so are plural ordinals, which name fractions ("13 hundredths" is 0.13): a number word and "ths". Other
 # words ending in "ths" are units ("13 months", "13 youths", "13 truths").
@@ -50,6 +53,16 @@ VERDICTS = frozenset({"correct"})
 # Words after a number that are not its unit: those, and words math-verify reads ("3 pi", "50 percent"; it drops
 # "more" and "less" as units: "13 more apples" answers "how many more").
 NOT_UNITS = CHANGES_THE_VALUE | {"more", "less", "fewer", "percent", "pi", "sqrt", "inf", "infinity"}
+NOT_UNITS |= {"per", "pct", "percents", "percentage"}  # "13 per cent" is 13%, not 13 of a unit "per cent"
+_PERCENT_SPELLINGS = re.compile(r"\bper ?cents?\b|\bpcts?\b", re.IGNORECASE)
+
+
+def normalized_percent(text: str) -> str:
+    """Percent as math-verify reads it: "13 per cent", "13 pct" and "13 percents" -> "13 percent" (the grader then
+    values it by the question); as written, "per cent" read as a unit and was dropped."""
+    return _PERCENT_SPELLINGS.sub("percent", text)
+
+
 PROSE_MARKERS = ("####", "'the answer is'")
 
 
@@ -78,10 +91,17 @@ def _last_boxed_with_position(text: str) -> tuple[int, str] | None:
     return (boxes[-1][0], text[boxes[-1][1] : boxes[-1][2]]) if boxes else None
 
 
+# Words that make boxes on one line alternatives ("\\boxed{12} or \\boxed{13}") rather than steps to the last one
+# ("\\boxed{5} apples, so the total is \\boxed{13}").
+HEDGE_WORDS = frozenset({"or", "either", "maybe", "perhaps", "possibly", "otherwise", "alternatively", "else", "if"})
+HEDGE_WORDS |= {"unless", "nor"}
+
+
 def _final_boxed(text: str) -> tuple[int, str] | None:
-    """The last box, with the boxes before it on its line: "\\boxed{12} or \\boxed{13}" -> "$12$ or $13$". Several
-    boxes on the final line are several final answers, which the grader rejects unless they agree; math-verify
-    would grade only the last. A box on an earlier line is an earlier answer that the last one replaces."""
+    """The last box; with the boxes before it on its line when words between them make them alternatives:
+    "\\boxed{12} or \\boxed{13}" -> "$12$ or $13$", two final answers, which the grader rejects unless they agree
+    (math-verify would grade only the last). Otherwise earlier boxes are steps ("\\boxed{5} apples, so the total is
+    \\boxed{13}") or earlier answers on earlier lines, which the last one replaces."""
     boxes = _boxes(text)
     if not boxes:
         return None
@@ -91,7 +111,8 @@ def _final_boxed(text: str) -> tuple[int, str] | None:
             break  # a box around the last one, or on an earlier line
         line.append(box)
     last = line[0]
-    if len(line) == 1:
+    between = " ".join(text[earlier[2] + 1 : later[0]] for later, earlier in itertools.pairwise(line))
+    if len(line) == 1 or not HEDGE_WORDS & {word.lower() for word in re.findall(r"[A-Za-z]+", between)}:
         return last[0], text[last[1] : last[2]]
     pieces: list[str] = []
     cursor = line[-1][0]
@@ -203,13 +224,20 @@ def _reads_as_math(text: str) -> bool:
 
 # An explanatory clause after a written answer: "The answer is 13, which is the mean", "$x = 13$ where $x$ is the
 # count". It is not part of the answer, and left in, its words failed a right one ("is" can negate: "13 is wrong").
+# (A comma or semicolon, or the first of a run of spaces: linear time on a line of 10^5 spaces, where "\s*[,;]\s*|\s+"
+# backtracked quadratically, 13 s for 10,000.)
 _EXPLANATION = re.compile(
-    r"(?:\s*[,;]\s*|\s+)(?:which|where|since|because|as|so|that|i\.e\.|meaning|for|when|given)(?![A-Za-z])",
+    r"(?:[,;]\s*|(?<!\s)\s+)(?:which|where|since|because|as|so|that|i\.e\.|meaning|for|when|given)(?![A-Za-z])",
     re.IGNORECASE,
 )
-# ... but only a clause that can neither state another value (a digit) nor change, hedge or negate this one: "13,
-# which could also be 12", "13, which is wrong" and "13, which is about a dozen" stay whole, and fail.
-CLAUSE_KEEPS = (CHANGES_THE_VALUE | {"more", "less", "fewer", "isn", "wasn", "nor"}) - {"is", "and", "to", "at"}
+# ... but only a clause that can neither state another value (a digit) nor change, hedge, negate or retract this
+# one: "13, which could also be 12", "13, which is wrong", "13, which can't be right", "13, which is a typo for
+# twelve" and "13, which is about a dozen" stay whole, and fail. (Number words may explain: "the mean of the five
+# scores".)
+RETRACTIONS = frozenset({"can", "cannot", "couldn", "doesn", "don", "didn", "won", "wouldn", "shouldn", "aren"})
+RETRACTIONS |= {"weren", "typo", "mistake", "error", "otherwise", "instead", "actually", "alternatively", "either"}
+CLAUSE_KEEPS = (CHANGES_THE_VALUE - SCALES) | RETRACTIONS | {"more", "less", "fewer", "isn", "wasn", "nor"}
+CLAUSE_KEEPS -= {"is", "and", "to", "at"}  # "which is equal to the mean", "the mean of the five scores"
 
 
 def _without_explanation(text: str) -> str:
