@@ -37,11 +37,9 @@ def validator_for(schema: dict[str, Any]) -> Validator:
     return _with_ecma_regexes(cls)(schema, format_checker=_format_checker(cls))  # type: ignore[no-any-return]
 
 
-# Keywords whose values are data, not schemas: a "patternProperties" inside them is not a keyword.
-_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
-
-
 def _property_name_patterns(schema: Any) -> Iterator[str]:
+    # Every subtree: a property may be named "enum" or "default" (so a name cannot tell data from schema), and a
+    # "patternProperties" that is only data inside an enum is too rare to leave a crash for.
     if isinstance(schema, list):
         for item in schema:
             yield from _property_name_patterns(item)
@@ -49,8 +47,7 @@ def _property_name_patterns(schema: Any) -> Iterator[str]:
         for key, value in schema.items():
             if key == "patternProperties" and isinstance(value, dict):
                 yield from value
-            if key not in _DATA_KEYWORDS:
-                yield from _property_name_patterns(value)
+            yield from _property_name_patterns(value)
 
 
 # Formats whose grammar is ASCII, whose checkers take other digits too (str.isdigit, int() and UUID() read "١" or
@@ -175,7 +172,8 @@ def ecma_translated(pattern: str) -> str:
 
     What is left as Python reads it (a JSON Schema author rarely writes any of it): inline flags such as ``(?i)``
     or ``(?s)``, which ECMA-262 has not, and what they do to the sets above; ``\\A``, ``\\Z``, ``(?P<name>...)``
-    and ``(?#...)``, which are Python's; ``[]`` and ``[^]``, where Python reads the ``]`` as a member; code points,
+    and ``(?#...)``, which are Python's; ``{,n}`` (Python: 0 to n repeats; ECMA-262: the literal text) and ``\\a``
+    (Python: a bell; ECMA-262: the letter); ``[]`` and ``[^]``, where Python reads the ``]`` as a member; code points,
     not the UTF-16 code units of ECMA-262 without the u flag (which drafts before 2019-09 do not ask for), so ``.``
     takes a whole astral character. ECMA-262 syntax that Python refuses (``(?<name>...)``, ``\\cX``, ``\\p{...}``)
     makes the schema invalid: jsonschema checks ``pattern`` with Python's re (and patternProperties' names from

@@ -103,6 +103,10 @@ DRAFT4 = "http://json-schema.org/draft-04/schema#"  # its meta-schema does not c
             {"prompt": "p", "schema": {"$schema": DRAFT4, "patternProperties": {"[": {}}}},
             r"t.jsonl:2: the schema is invalid \('\[' in patternProperties is not a valid regular expression \(unterm",
         ),
+        (  # under a property named like a data keyword
+            {"prompt": "p", "schema": {"$schema": DRAFT4, "properties": {"enum": {"patternProperties": {"(": {}}}}}},
+            r"t.jsonl:2: the schema is invalid \('\(' in patternProperties is not a valid regular expression",
+        ),
         ({"prompt": "p"}, r"t.jsonl:2: needs a string 'prompt' and an object 'schema'"),
         ({"prompt": "p", "schema": PERSON, "expected": {"name": "x"}}, r"t.jsonl:2: 'expected' must map JSON Pointers"),
         ({"prompt": "p", "schema": PERSON, "reference": {"name": 1}}, r"t.jsonl:2: the reference answer is not valid"),
