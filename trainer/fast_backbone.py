@@ -178,14 +178,6 @@ class _GraphedStack:
         return torch.autograd.grad(out, self.params, grad_out, allow_unused=True)
 
     def _capture(self, pool: Any) -> None:
-        # The LoRA parameters' gradient nodes were made on the default stream by earlier steps; torch warns (8 lines,
-        # on the first step of every GPU run) that gradients taken on the capture stream may cost a synchronization.
-        # They are the same gradients (run 6: replayed against eager, relative error 0.0), so the warning is noise.
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="The AccumulateGrad node's stream does not match")
-            self._warm_up_and_capture(pool)
-
-    def _warm_up_and_capture(self, pool: Any) -> None:
         # Warm up (compilation, cuBLAS and cuDNN handles) before capturing.
         with side_stream(), torch.enable_grad():
             for _ in range(2):
@@ -248,6 +240,17 @@ class _GraphedStackFunction(torch.autograd.Function):
         return (None, None, *ctx.graphed.backward(ctx.generation, grad_out))
 
 
+# The LoRA parameters' gradient accumulators are made on the capture's side stream; the next backward on the default
+# stream then warns (8 lines, once per GPU run: runs 6, 7 and 8) that they may cost a synchronization. The gradients
+# are the same (run 6: replayed against eager, relative error 0.0). The warning comes at that later backward, inside
+# TRL's step, so a filter scoped to the capture missed it (run 8): it is filtered by its message, for the process.
+STREAM_MISMATCH_WARNING = "The AccumulateGrad node's stream does not match"
+
+
+def ignore_stream_mismatch_warning() -> None:
+    warnings.filterwarnings("ignore", message=STREAM_MISMATCH_WARNING, category=UserWarning)
+
+
 class FastBackbone:
     """Stands in for `model.model.forward` (the decoder stack) in training forwards; see the module docstring."""
 
@@ -302,6 +305,8 @@ class FastBackbone:
         # overwrite another graph's temporaries and its static outputs, never the saved activations of a pending one,
         # and static outputs are copied out right after each replay.
         self._pool = torch.cuda.graph_pool_handle() if cuda_graphs is True and self.graph_error is None else None
+        if self._pool is not None:
+            ignore_stream_mismatch_warning()
         params: dict[int, torch.Tensor] = {}
         for layer in self.layers:
             for projection in (layer.qkv, layer.o, layer.gate_up, layer.down):

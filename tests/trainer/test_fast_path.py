@@ -7,6 +7,7 @@ model's own forward, and the sampler following the adapter after it changes. No 
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -431,6 +432,18 @@ def test_backbone_asked_for_graphs_on_a_cpu_model_runs_without_them(caplog: Any)
     assert "Training forwards run without CUDA graphs: the model is on cpu" in caplog.text
     assert backbone.calls == 1 and backbone.graph_calls == 0
     assert_grads(model, reference)
+
+
+def test_the_stream_mismatch_warning_is_filtered_for_the_process_once_graphs_are_used() -> None:
+    """torch warns at the first backward after a capture (inside TRL's step, not the capture); the filter must be
+    process-wide and only for that message."""
+    message = fast_backbone.STREAM_MISMATCH_WARNING + " the stream of the node that produced the incoming gradient."
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fast_backbone.ignore_stream_mismatch_warning()
+        warnings.warn(message, UserWarning, stacklevel=1)
+        warnings.warn("another warning", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in caught] == ["another warning"]
 
 
 def test_trainable_biases_send_training_to_the_models_own_forward() -> None:
